@@ -1,0 +1,219 @@
+"""Run context of a chapter: parameter validation, seeding, device choice, summary.
+
+A chapter's first code cell (tagged ``parameters``) sets ``profile``, ``device`` and ``seed``;
+the next cell calls :func:`start_chapter`, which validates them before anything is computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._validation import ParameterError, check_choice, check_int
+
+__all__ = [
+    "PROFILES",
+    "DEVICES",
+    "Run",
+    "start_chapter",
+    "seed_everything",
+    "resolve_device",
+    "source_hash",
+    "git_commit",
+    "device_name",
+]
+
+PROFILES = ("quick", "full")
+DEVICES = ("auto", "cpu", "cuda")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global generator and torch (CPU and CUDA)."""
+    seed = check_int("seed", seed, minimum=0)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """Map ``"auto" | "cpu" | "cuda"`` to a :class:`torch.device`.
+
+    ``"auto"`` picks CUDA when a GPU is visible and the CPU otherwise; ``"cuda"`` without a GPU
+    raises :class:`ParameterError` instead of failing later inside a computation.
+    """
+    if isinstance(device, torch.device):
+        device = device.type
+    check_choice("device", device, DEVICES)
+    has_cuda = torch.cuda.is_available()
+    if device == "cuda" and not has_cuda:
+        raise ParameterError(
+            "device='cuda' but no CUDA GPU is available here; choose one of: 'auto', 'cpu'"
+        )
+    if device == "auto":
+        device = "cuda" if has_cuda else "cpu"
+    return torch.device(device)
+
+
+def device_name(device: torch.device) -> str:
+    """Human-readable name of ``device`` for provenance records and the reproducibility page."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def source_hash() -> str:
+    """SHA-256 over attnlib's Python sources: changes whenever the library's code changes."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def git_commit() -> str:
+    """The repository's HEAD commit (suffixed ``-dirty`` if attnlib has local changes), or ``unknown``."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=_PACKAGE_DIR, capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."], cwd=_PACKAGE_DIR, capture_output=True,
+            text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert numbers, tensors and arrays to plain JSON values; reject NaN and infinities."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"summary value {value!r} is not finite")
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"cannot store {type(value).__name__} in a summary")
+
+
+@dataclass(frozen=True)
+class Run:
+    """The validated parameters of one chapter execution.
+
+    Attributes
+    ----------
+    chapter : str
+        Chapter id, e.g. ``"00-attention"`` (the file name in ``chapters/`` without ``.md``).
+    profile : str
+        ``"quick"`` (2-core CPU sizes) or ``"full"`` (paper scale, one GPU).
+    device : torch.device
+        Where tensors are created.
+    seed : int
+        Base seed; :meth:`generator` derives independent streams from it.
+    sweep_dir : pathlib.Path
+        Where :func:`attnlib.sweep` checkpoints finished points.
+    """
+
+    chapter: str
+    profile: str
+    device: torch.device
+    seed: int
+    sweep_dir: Path
+    started: float = field(default_factory=time.perf_counter)
+    records: dict = field(default_factory=dict)
+
+    def generator(self, offset: int = 0) -> torch.Generator:
+        """A fresh :class:`torch.Generator` on :attr:`device`, seeded with ``seed + offset``."""
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self.seed + offset)
+        return gen
+
+    def record(self, **values: Any) -> None:
+        """Add headline numbers to the chapter's summary (numbers, booleans, lists or dicts)."""
+        for key, value in values.items():
+            self.records[key] = _jsonable(value)
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds since :func:`start_chapter`."""
+        return time.perf_counter() - self.started
+
+    def write_summary(self, directory: str | Path | None = None) -> Path:
+        """Write ``<chapter>.summary.json`` (records plus profile, device, seed, wall_s).
+
+        The file goes next to the executed notebook (the working directory papermill runs in)
+        unless ``directory`` is given.
+        """
+        directory = Path.cwd() if directory is None else Path(directory)
+        summary = dict(self.records)
+        summary.update(
+            chapter=self.chapter,
+            profile=self.profile,
+            device=self.device.type,
+            device_name=device_name(self.device),
+            seed=self.seed,
+            wall_s=round(self.wall_s, 3),
+            attnlib_version=_version(),
+            torch_version=torch.__version__,
+        )
+        path = directory / f"{self.chapter}.summary.json"
+        path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return path
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def start_chapter(
+    chapter: str, profile: str = "quick", device: str = "auto", seed: int = 0, quiet: bool = False
+) -> Run:
+    """Validate a chapter's parameters, seed every generator, choose the device, set the theme.
+
+    Raises :class:`ParameterError` (one line naming the parameter and the allowed values) before
+    anything is computed. Prints a one-line banner with the versions, device and profile.
+    """
+    check_choice("profile", profile, PROFILES)
+    seed = check_int("seed", seed, minimum=0)
+    dev = resolve_device(device)
+    seed_everything(seed)
+
+    sweep_root = os.environ.get("ATTNLIB_SWEEP_DIR")
+    if sweep_root:
+        sweep_dir = Path(sweep_root)
+    else:
+        key = f"{profile}-seed{seed}-{source_hash()[:12]}"
+        sweep_dir = Path.cwd() / "_sweeps" / chapter / key
+
+    from . import plotting
+
+    plotting.set_theme()
+    run = Run(chapter=chapter, profile=profile, device=dev, seed=seed, sweep_dir=sweep_dir)
+    if not quiet:
+        print(
+            f"attnlib {_version()} | torch {torch.__version__} | device {device_name(dev)} | "
+            f"profile {profile} | seed {seed}"
+        )
+    return run
