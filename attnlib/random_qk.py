@@ -1,0 +1,559 @@
+r"""Random query-key attention: the random-features model of Fu, Guo, Bai and Mei (2023).
+
+Chapter 1 (``chapters/01-random-features.md``) derives everything in this module.
+
+The model is *not* Peng et al.'s "Random Feature Attention" (random Fourier features that
+approximate softmax attention); here the query-key matrices of many ReLU attention heads are
+drawn at random and frozen and only the value vectors are trained, which makes the layer a
+random-features (kernel) model.  To avoid the name clash the module is called ``random_qk``.
+
+Conventions (the book's own where the paper could not be checked; see the chapter):
+
+* a sequence is a tensor ``x`` of shape ``(batch, N + 1, d)``; token 0 is the query
+  :math:`x_0`, tokens ``1..N`` are the keys; all tokens lie on the unit sphere
+  :math:`\mathbb S^{d-1}`;
+* augmented tokens :math:`\tilde x = (x, a)` with ``a = 1`` (``D = d + 1``);
+* one head with query-key matrix :math:`W \in \mathbb R^{D\times D}` has the feature
+
+  .. math:: \phi_W(x_{0:N}) = \frac1N \sum_{i=1}^N \sigma(\tilde x_0^\top W \tilde x_i)\, \tilde
+      x_i ,
+
+  and the layer is :math:`f(x_{0:N}) = \sum_m \langle v_m, \phi_{W_m}(x_{0:N})\rangle`;
+* RFA: :math:`W` has i.i.d. :math:`\mathcal N(0, \tau^2)` entries, :math:`\tau = 1/2`;
+  BRFA: :math:`W = c\sqrt d\,[I_d, 0; 0, 0] + Z` with ``Z`` as in RFA;
+* RFMLP: :math:`\sum_m a_m \sigma(\langle w_m, X\rangle)` on the concatenation
+  :math:`X = (x_0, \dots, x_N, a)` with :math:`w_m \sim \mathcal N(0, I/\|X\|^2)`.
+
+All math is float64 by default and runs on whatever device the inputs live on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+__all__ = [
+    "RandomQKConfig",
+    "PROFILES",
+    "sample_tokens",
+    "augment",
+    "sample_qk",
+    "rfa_features",
+    "rfa_forward",
+    "design_matrix",
+    "concat_tokens",
+    "sample_rfmlp_weights",
+    "rfmlp_features",
+    "kappa1",
+    "kappa1_taylor",
+    "rfa_kernel",
+    "rfmlp_kernel",
+    "relu_moment",
+    "brfa_kernel",
+    "harmonic_dim",
+    "gegenbauer",
+    "gegenbauer_target",
+    "random_bilinear",
+    "bilinear_target",
+    "max_over_keys_target",
+    "max_over_keys_floor",
+    "kernel_ridge_path",
+    "feature_ridge_path",
+    "ridge_direct",
+    "validated_risk",
+    "rfa_complexity_bilinear",
+]
+
+
+# --------------------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------------------
+
+
+def _check(name, ok, allowed):
+    if not ok:
+        raise ValueError(f"{name} must be {allowed}")
+
+
+@dataclass(frozen=True)
+class RandomQKConfig:
+    r"""Sizes of the Chapter 1 experiments (one instance per profile)."""
+
+    d: int = 8  # token dimension of the main experiments
+    N_list: tuple = (2, 4, 8)  # numbers of keys compared (RFA vs RFMLP)
+    N: int = 8  # number of keys in the single-N experiments
+    n_list: tuple = (64, 128, 256, 512, 1024)  # training-set sizes of the learning curves
+    n_val: int = 400  # validation points (choose the ridge lambda)
+    n_test: int = 400  # fresh test points (excess risk)
+    heads: int = 300  # heads of the finite-head RFA/BRFA comparisons
+    heads_list: tuple = (8, 16, 32, 64, 128, 256, 512)  # heads for the error-vs-M figure
+    n_heads_exp: int = 1024  # training points in the error-vs-M figure
+    mc_heads: tuple = (10, 30, 100, 300, 1000, 3000, 10000)  # kernel Monte Carlo
+    mc_sequences: int = 8  # sequences in the kernel Monte Carlo check
+    mc_repeats: int = 20  # independent head draws per M in the Monte Carlo check
+    bias: float = 1.0  # BRFA mean strength c
+    bias_list: tuple = (0.0, 0.5, 1.0, 1.5, 2.0)  # mean-strength sweep
+    n_bias_exp: int = 1024  # training points in the mean-strength sweep
+    small_d: int = 5  # dimension of the RFA/BRFA crossing experiment
+    small_N: int = 4  # keys of the crossing experiment
+    small_n_list: tuple = (50, 100, 200, 400, 800, 1600)  # sizes of the crossing experiment
+    N_max_exp: int = 8  # keys of the out-of-class (max over keys) experiment
+    seeds: int = 3  # independent repetitions (data, weights, target)
+    lambdas: tuple = field(default_factory=lambda: tuple(10.0 ** np.arange(-9, 1)))
+
+    def __post_init__(self):
+        for name in ("d", "N", "n_val", "n_test", "heads", "n_heads_exp", "mc_sequences",
+                     "mc_repeats", "n_bias_exp", "small_d", "small_N", "N_max_exp", "seeds"):
+            v = getattr(self, name)
+            _check(name, isinstance(v, int) and v >= 1, "a positive integer")
+        _check("d", self.d >= 3, "an integer >= 3")
+        _check("small_d", self.small_d >= 3, "an integer >= 3")
+        for name in ("N_list", "n_list", "heads_list", "mc_heads", "small_n_list"):
+            v = getattr(self, name)
+            _check(name, len(v) > 0 and all(isinstance(t, int) and t >= 1 for t in v),
+                   "a non-empty tuple of positive integers")
+        _check("bias", self.bias >= 0, "a float >= 0")
+        _check("bias_list", all(c >= 0 for c in self.bias_list), "a tuple of floats >= 0")
+        _check("lambdas", all(lam > 0 for lam in self.lambdas), "a tuple of floats > 0")
+
+
+PROFILES = {
+    # 2-core CPU, whole chapter within ~2 minutes of CPU time
+    "quick": RandomQKConfig(),
+    # one data-centre GPU (paper-like scale; the paper's own sizes could not be checked)
+    "full": RandomQKConfig(
+        d=12, N_list=(2, 4, 8, 16), N=8, n_list=(128, 256, 512, 1024, 2048, 4096, 8192),
+        n_val=2000, n_test=2000, heads=2000, heads_list=(16, 32, 64, 128, 256, 512, 1024, 2048),
+        n_heads_exp=4096, mc_heads=(10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000),
+        mc_sequences=16, mc_repeats=50, n_bias_exp=4096, small_d=6, small_N=4,
+        small_n_list=(50, 100, 200, 400, 800, 1600, 3200, 6400), N_max_exp=8, seeds=5,
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------
+# inputs and features
+# --------------------------------------------------------------------------------------
+
+
+def sample_tokens(n, N, d, *, generator=None, device=None, dtype=torch.float64):
+    r"""``n`` sequences of one query and ``N`` keys, i.i.d. uniform on :math:`\mathbb S^{d-1}`.
+
+    Returns a tensor of shape ``(n, N + 1, d)``; ``x[:, 0]`` is the query.
+    """
+    g = torch.randn(n, N + 1, d, generator=generator, device=device, dtype=dtype)
+    return g / g.norm(dim=-1, keepdim=True)
+
+
+def augment(x, a=1.0):
+    r"""Append the constant coordinate: :math:`\tilde x = (x, a)`, shape ``(..., d + 1)``."""
+    return torch.cat([x, torch.full_like(x[..., :1], a)], dim=-1)
+
+
+def sample_qk(M, d, *, bias=0.0, tau=0.5, generator=None, device=None, dtype=torch.float64):
+    r"""``M`` frozen query-key matrices of shape ``(M, d + 1, d + 1)``.
+
+    RFA (``bias = 0``): i.i.d. :math:`\mathcal N(0, \tau^2)` entries.  BRFA: the mean
+    :math:`W_0 = c\sqrt d\,\mathrm{diag}(I_d, 0)` with :math:`c` = ``bias`` is added, so that the
+    score becomes :math:`c\sqrt d\langle x_0, x_i\rangle + \mathcal N(0, 1)` (Chapter 1, eq.
+    ch1-brfa).
+    """
+    D = d + 1
+    W = tau * torch.randn(M, D, D, generator=generator, device=device, dtype=dtype)
+    if bias:
+        idx = torch.arange(d, device=W.device)
+        W[:, idx, idx] += bias * math.sqrt(d)
+    return W
+
+
+def rfa_features(x, W, *, a=1.0, chunk=512):
+    r"""Per-head features
+    :math:`\phi_{W_m}(x_{0:N}) = \frac1N\sum_i \sigma(\tilde x_0^\top W_m\tilde x_i)\tilde x_i`.
+
+    ``x``: ``(n, N + 1, d)``; ``W``: ``(M, D, D)``. Returns ``(n, M, D)``.
+    """
+    out = []
+    for s in range(0, x.shape[0], chunk):
+        xt = augment(x[s:s + chunk], a)
+        q, k = xt[:, 0], xt[:, 1:]
+        u = torch.einsum("nd,mde->nme", q, W)  # (n, M, D): x0~^T W_m
+        scores = torch.einsum("nme,nie->nmi", u, k)  # (n, M, N)
+        out.append(torch.einsum("nmi,nie->nme", torch.relu(scores), k) / k.shape[1])
+    return torch.cat(out, dim=0)
+
+
+def rfa_forward(x, W, V, *, a=1.0):
+    r"""Layer output :math:`f(x_{0:N}) = \sum_m \langle v_m, \phi_{W_m}\rangle`; ``V``: ``(M, D)``.
+    Returns ``(n,)``."""
+    return torch.einsum("nme,me->n", rfa_features(x, W, a=a), V)
+
+
+def design_matrix(phi):
+    r"""Flatten head features ``(n, M, D)`` to the ridge design :math:`\Phi/\sqrt M`,
+    shape ``(n, M D)``.
+
+    With this scaling :math:`\Psi\Psi^\top` is the finite-head kernel, an average over heads.
+    """
+    n, M = phi.shape[:2]
+    return phi.reshape(n, -1) / math.sqrt(M)
+
+
+def concat_tokens(x, a=1.0):
+    r"""RFMLP input :math:`X = (x_0, x_1, \dots, x_N, a)`, shape ``(n, (N + 1) d + 1)``."""
+    flat = x.reshape(x.shape[0], -1)
+    return torch.cat([flat, torch.full_like(flat[:, :1], a)], dim=-1)
+
+
+def sample_rfmlp_weights(M, L, *, scale2, generator=None, device=None, dtype=torch.float64):
+    r"""``M`` first-layer weights :math:`w_m \sim \mathcal N(0, I_L/\text{scale2})`, shape ``(M,
+    L)``."""
+    w = torch.randn(M, L, generator=generator, device=device, dtype=dtype)
+    return w / math.sqrt(scale2)
+
+
+def rfmlp_features(X, w):
+    r"""RFMLP features :math:`\sigma(\langle w_m, X\rangle)`; ``X``: ``(n, L)``, ``w``: ``(M, L)``
+    -> ``(n, M)``."""
+    return torch.relu(X @ w.T)
+
+
+# --------------------------------------------------------------------------------------
+# closed-form kernels
+# --------------------------------------------------------------------------------------
+
+
+def kappa1(rho):
+    r"""ReLU arc-cosine function :math:`\kappa_1(\rho) = \mathbb E[\sigma(g)\sigma(g')]` (unit
+    variances).
+
+    .. math:: \kappa_1(\rho) = \frac{\sqrt{1-\rho^2} + (\pi - \arccos\rho)\,\rho}{2\pi}.
+    """
+    rho = rho.clamp(-1.0, 1.0)
+    return (torch.sqrt(1 - rho * rho) + (math.pi - torch.arccos(rho)) * rho) / (2 * math.pi)
+
+
+def kappa1_taylor(order):
+    r"""Taylor coefficients :math:`c_0..c_{\text{order}}` of :math:`\kappa_1`, from the Hermite
+    coefficients of ReLU: :math:`c_k = \mu_k^2/k!`, :math:`\mu_0 = 1/\sqrt{2\pi}`,
+    :math:`\mu_1 = 1/2`,
+    :math:`\mu_k^2 = ((k-3)!!)^2/(2\pi)` for even :math:`k\ge2`, 0 for odd :math:`k\ge3`."""
+
+    def dfact(m):
+        return 1 if m <= 0 else m * dfact(m - 2)
+
+    out = []
+    for k in range(order + 1):
+        if k == 0:
+            mu2 = 1 / (2 * math.pi)
+        elif k == 1:
+            mu2 = 0.25
+        elif k % 2 == 1:
+            mu2 = 0.0
+        else:
+            mu2 = dfact(k - 3) ** 2 / (2 * math.pi)
+        out.append(mu2 / math.factorial(k))
+    return np.array(out)
+
+
+def _chunks(na, per_row, budget=4_000_000):
+    step = max(1, int(budget // max(per_row, 1)))
+    return range(0, na, step), step
+
+
+def rfa_kernel(xa, xb, *, a=1.0, tau=0.5):
+    r"""Infinite-head RFA kernel :math:`K(x, x') = \mathbb E_W\langle\phi_W(x), \phi_W(x')\rangle`.
+
+    With :math:`r_i = \|\tilde x_0\|\|\tilde x_i\|` and
+    :math:`\rho_{ij} = \langle\tilde x_0,\tilde x_0'\rangle
+    \langle\tilde x_i,\tilde x_j'\rangle/(r_i r_j')`,
+
+    .. math:: K = \frac{\tau^2}{N N'} \sum_{i,j} r_i r'_j\,\kappa_1(\rho_{ij})\,\langle\tilde x_i,
+        \tilde x'_j\rangle .
+
+    ``xa``: ``(na, N + 1, d)``, ``xb``: ``(nb, N' + 1, d)``. Returns ``(na, nb)``.
+    """
+    ta, tb = augment(xa, a), augment(xb, a)
+    qa, ka = ta[:, 0], ta[:, 1:]
+    qb, kb = tb[:, 0], tb[:, 1:]
+    ra = qa.norm(dim=-1)[:, None] * ka.norm(dim=-1)  # (na, N)
+    rb = qb.norm(dim=-1)[:, None] * kb.norm(dim=-1)  # (nb, N')
+    Na, Nb = ka.shape[1], kb.shape[1]
+    out = torch.empty(xa.shape[0], xb.shape[0], dtype=xa.dtype, device=xa.device)
+    starts, step = _chunks(xa.shape[0], xb.shape[0] * Na * Nb)
+    for s in starts:
+        G = torch.einsum("aie,bje->abij", ka[s:s + step], kb)  # <x~_i, x~'_j>
+        U = qa[s:s + step] @ qb.T  # <x~_0, x~'_0>
+        R = ra[s:s + step, None, :, None] * rb[None, :, None, :]
+        rho = U[:, :, None, None] * G / R
+        out[s:s + step] = (R * kappa1(rho) * G).sum(dim=(-1, -2))
+    return out * (tau**2 / (Na * Nb))
+
+
+def rfmlp_kernel(Xa, Xb, *, scale2):
+    r"""Infinite-width RFMLP kernel for :math:`w \sim \mathcal N(0, I/\text{scale2})`:
+
+    .. math:: K(X, X') = \frac{\|X\|\|X'\|}{\text{scale2}}\,\kappa_1\Big(\frac{\langle X,
+        X'\rangle}{\|X\|\|X'\|}\Big).
+
+    ``Xa``: ``(na, L)``, ``Xb``: ``(nb, L)`` (use :func:`concat_tokens`). Returns ``(na, nb)``.
+    """
+    na, nb = Xa.norm(dim=-1), Xb.norm(dim=-1)
+    nn_ = na[:, None] * nb[None, :]
+    return nn_ * kappa1((Xa @ Xb.T) / nn_) / scale2
+
+
+_GL_CACHE = {}
+
+
+def _gauss_legendre(m, dtype, device):
+    key = (m, dtype, str(device))
+    if key not in _GL_CACHE:
+        z, w = np.polynomial.legendre.leggauss(m)
+        _GL_CACHE[key] = (torch.tensor(z, dtype=dtype, device=device),
+                          torch.tensor(w, dtype=dtype, device=device))
+    return _GL_CACHE[key]
+
+
+def _psi(u, s):
+    r""":math:`\psi_s(u) = \mathbb E[\sigma(u + s g)] = u\Phi(u/s) + s\varphi(u/s)`."""
+    s = s.clamp_min(1e-300)
+    z = u / s
+    return u * torch.special.ndtr(z) + s * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def relu_moment(alpha, beta, rho, *, nodes=40, zmax=9.0):
+    r"""Bivariate shifted-ReLU moment
+    :math:`m(\alpha,\beta,\rho) = \mathbb E[\sigma(\alpha + g)\sigma(\beta + g')]`.
+
+    :math:`(g, g')` standard Gaussian with correlation :math:`\rho`.  Kink-aware quadrature of
+
+    .. math:: m = \int_{-\alpha}^{\infty} (\alpha + z)\,\psi_{\sqrt{1-\rho^2}}(\beta + \rho
+        z)\,\varphi(z)\,dz,
+
+    integrating only over :math:`z > -\alpha` (the first ReLU's kink) and splitting at
+    :math:`z = -\beta/\rho` (where :math:`\psi` has a near-kink when :math:`|\rho|\to1`), with
+    Gauss-Legendre nodes on each piece.  Broadcasts over its arguments.
+    """
+    alpha, beta, rho = torch.broadcast_tensors(*(torch.as_tensor(t, dtype=torch.float64)
+                                                 for t in (alpha, beta, rho)))
+    rho = rho.clamp(-1.0, 1.0)
+    s = torch.sqrt((1 - rho * rho).clamp_min(0.0))
+    lo = torch.clamp(-alpha, min=-zmax)
+    hi = torch.full_like(lo, zmax)
+    lo = torch.minimum(lo, hi)
+    safe_rho = torch.where(rho.abs() > 1e-12, rho, torch.ones_like(rho))
+    kink = torch.where(rho.abs() > 1e-12, -beta / safe_rho, lo)
+    mid = torch.minimum(torch.maximum(kink, lo), hi)
+    zn, wn = _gauss_legendre(nodes, alpha.dtype, alpha.device)
+    total = torch.zeros_like(alpha)
+    for a_, b_ in ((lo, mid), (mid, hi)):
+        half = (b_ - a_)[..., None] / 2
+        z = (a_ + b_)[..., None] / 2 + half * zn
+        f = (alpha[..., None] + z) * _psi(beta[..., None] + rho[..., None] * z, s[..., None])
+        f = f * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        total = total + (half * wn * f).sum(-1)
+    return total
+
+
+def brfa_kernel(xa, xb, *, bias, a=1.0, tau=0.5, nodes=40):
+    r"""Infinite-head BRFA kernel by quadrature (small inputs only; one 1-D integral per key pair).
+
+    The score of key ``i`` is :math:`\alpha_i + r_i g_i` with
+    :math:`\alpha_i = c\sqrt d\langle x_0,x_i\rangle`,
+    so :math:`K = \frac1{NN'}\sum_{ij} r_i r'_j\, m(\alpha_i/r_i, \alpha'_j/r'_j, \rho_{ij})
+    \langle\tilde x_i,\tilde x'_j\rangle`
+    with :math:`r_i = \tau\|\tilde x_0\|\|\tilde x_i\|` and :func:`relu_moment` ``m``.
+    """
+    d = xa.shape[-1]
+    ta, tb = augment(xa, a), augment(xb, a)
+    qa, ka = ta[:, 0], ta[:, 1:]
+    qb, kb = tb[:, 0], tb[:, 1:]
+    ra = tau * qa.norm(dim=-1)[:, None] * ka.norm(dim=-1)
+    rb = tau * qb.norm(dim=-1)[:, None] * kb.norm(dim=-1)
+    al_a = bias * math.sqrt(d) * torch.einsum("nd,nid->ni", xa[:, 0], xa[:, 1:])
+    al_b = bias * math.sqrt(d) * torch.einsum("nd,nid->ni", xb[:, 0], xb[:, 1:])
+    G = torch.einsum("aie,bje->abij", ka, kb)
+    U = qa @ qb.T
+    R = ra[:, None, :, None] * rb[None, :, None, :]
+    rho = tau**2 * U[:, :, None, None] * G / R
+    m = relu_moment((al_a / ra)[:, None, :, None], (al_b / rb)[None, :, None, :], rho, nodes=nodes)
+    return (R * m * G).sum(dim=(-1, -2)) / (ka.shape[1] * kb.shape[1])
+
+
+# --------------------------------------------------------------------------------------
+# spherical harmonics and targets
+# --------------------------------------------------------------------------------------
+
+
+def harmonic_dim(d, k):
+    r"""Dimension of degree-``k`` spherical harmonics on :math:`\mathbb S^{d-1}`:
+    :math:`\binom{k+d-1}{k} - \binom{k+d-3}{k-2}`."""
+    if k < 0:
+        return 0
+    return math.comb(k + d - 1, k) - (math.comb(k + d - 3, k - 2) if k >= 2 else 0)
+
+
+def gegenbauer(k, t, d):
+    r"""Normalised Gegenbauer polynomial :math:`Q_k^{(d)}(t)` with :math:`Q_k(1) = 1`.
+
+    Recurrence :math:`Q_{j+1} = \frac{(2j+d-2)\,t\,Q_j - j\,Q_{j-1}}{j+d-2}`, :math:`Q_0 = 1`,
+    :math:`Q_1 = t`.
+    For independent uniform :math:`x, y`:
+    :math:`\mathbb E[Q_k Q_l(\langle x,y\rangle)] = \delta_{kl}/\dim_{d,k}`.
+    """
+    t = torch.as_tensor(t)
+    q_prev, q = torch.ones_like(t), t.clone()
+    if k == 0:
+        return q_prev
+    for j in range(1, k):
+        q_prev, q = q, ((2 * j + d - 2) * t * q - j * q_prev) / (j + d - 2)
+    return q
+
+
+def gegenbauer_target(x, k):
+    r"""Degree-``k`` pairwise target
+    :math:`f_k = \frac1N\sum_i \sqrt{\dim_{d,k}}\,Q_k(\langle x_0, x_i\rangle)`.
+
+    The pair term has unit variance and lives in the harmonic block of bidegree ``(k, k)``.
+    ``x``: ``(n, N + 1, d)``; returns ``(n,)``.
+    """
+    d = x.shape[-1]
+    t = torch.einsum("nd,nid->ni", x[:, 0], x[:, 1:])
+    return math.sqrt(harmonic_dim(d, k)) * gegenbauer(k, t, d).mean(dim=1)
+
+
+def random_bilinear(d, *, generator=None, device=None, dtype=torch.float64):
+    r"""Random :math:`S` scaled so that the pair term :math:`\langle x_0, S x_i\rangle` has unit
+    variance
+    (:math:`\|S\|_F = d`)."""
+    S = torch.randn(d, d, generator=generator, device=device, dtype=dtype)
+    return S * (d / S.norm())
+
+
+def bilinear_target(x, S):
+    r""":math:`f = \frac1N\sum_i \langle x_0, S x_i\rangle`; returns ``(n,)``."""
+    return torch.einsum("nd,de,nie->ni", x[:, 0], S, x[:, 1:]).mean(dim=1)
+
+
+def max_over_keys_target(x):
+    r"""Permutation-invariant target outside the RFA class:
+    :math:`\max_i \sqrt d\langle x_0, x_i\rangle`."""
+    d = x.shape[-1]
+    return math.sqrt(d) * torch.einsum("nd,nid->ni", x[:, 0], x[:, 1:]).amax(dim=1)
+
+
+def max_over_keys_floor(d, N, grid=200001):
+    r"""Relative :math:`L^2` distance from :func:`max_over_keys_target` to the RFA function class.
+
+    With :math:`t_i = \langle x_0, x_i\rangle` i.i.d. (density :math:`\propto(1-t^2)^{(d-3)/2}`)
+    the best approximation by :math:`\frac1N\sum_i F(x_0, x_i)` is the first-order (ANOVA)
+    projection, so the floor is :math:`1 - N\,\mathrm{Var}\,h(t_1)/\mathrm{Var}\max_i t_i` with
+    :math:`h(t) = \mathbb E[\max_i t_i \mid t_1 = t]`.  Computed on a 1-D grid.
+    """
+    t = np.linspace(-1.0, 1.0, grid)
+    with np.errstate(divide="ignore"):
+        p = np.power(np.clip(1 - t * t, 0, None), (d - 3) / 2)
+    if d == 3:
+        p = np.ones_like(t)
+    dt = t[1] - t[0]
+    F = np.concatenate([[0.0], np.cumsum((p[1:] + p[:-1]) / 2) * dt])
+    p, F = p / F[-1], F / F[-1]
+
+    def integ(y):
+        return float(np.sum((y[1:] + y[:-1]) / 2) * dt)
+
+    GN = F**N
+    dGN = N * F ** (N - 1) * p  # density of the max
+    m1, m2 = integ(t * dGN), integ(t * t * dGN)
+    var_max = m2 - m1**2
+    # h(t) = t + int_t^1 (1 - F(u)^{N-1}) du
+    tail = 1 - F ** (N - 1)
+    cum = np.concatenate([[0.0], np.cumsum((tail[1:] + tail[:-1]) / 2) * dt])
+    h = t + (cum[-1] - cum)
+    hm1, hm2 = integ(h * p), integ(h * h * p)
+    del GN
+    return 1.0 - N * (hm2 - hm1**2) / var_max
+
+
+# --------------------------------------------------------------------------------------
+# ridge regression along a lambda path
+# --------------------------------------------------------------------------------------
+
+
+def kernel_ridge_path(K_tr, y_tr, K_ev, lambdas):
+    r"""Kernel ridge :math:`\alpha_\lambda = (K + \lambda n I)^{-1} y` for every :math:`\lambda`
+    from one ``eigh``.
+
+    ``K_tr``: ``(n, n)``; ``y_tr``: ``(n,)`` or ``(n, T)``; ``K_ev``: ``(m, n)``; ``lambdas``:
+    ``(L,)``.
+    Returns predictions ``K_ev @ alpha`` of shape ``(L, m, T)``.
+    """
+    y = y_tr[:, None] if y_tr.ndim == 1 else y_tr
+    n = K_tr.shape[0]
+    lam = torch.as_tensor(lambdas, dtype=K_tr.dtype, device=K_tr.device)
+    e, U = torch.linalg.eigh(K_tr)
+    coef = (U.T @ y)[None] / (e[None, :, None] + lam[:, None, None] * n)  # (L, n, T)
+    return torch.einsum("mk,lkt->lmt", K_ev @ U, coef)
+
+
+def feature_ridge_path(Psi_tr, y_tr, Psi_ev, lambdas):
+    r"""Ridge on explicit features, :math:`\min_u \frac1n\|\Psi u - y\|^2 + \lambda\|u\|^2`, for
+    every :math:`\lambda`.
+
+    Uses the primal form (``eigh`` of :math:`\Psi^\top\Psi`, size ``P``) when ``P < n`` and the
+    kernel
+    form :math:`K = \Psi\Psi^\top` otherwise; both give the same predictions.  Shapes as in
+    :func:`kernel_ridge_path` with ``Psi_tr``: ``(n, P)``, ``Psi_ev``: ``(m, P)``.
+    """
+    n, P = Psi_tr.shape
+    if P >= n:
+        return kernel_ridge_path(Psi_tr @ Psi_tr.T, y_tr, Psi_ev @ Psi_tr.T, lambdas)
+    y = y_tr[:, None] if y_tr.ndim == 1 else y_tr
+    lam = torch.as_tensor(lambdas, dtype=Psi_tr.dtype, device=Psi_tr.device)
+    e, Q = torch.linalg.eigh(Psi_tr.T @ Psi_tr)
+    coef = (Q.T @ (Psi_tr.T @ y))[None] / (e[None, :, None] + lam[:, None, None] * n)
+    return torch.einsum("mk,lkt->lmt", Psi_ev @ Q, coef)
+
+
+def ridge_direct(K_tr, y_tr, K_ev, lam):
+    r"""Reference: one direct solve of :math:`(K + \lambda n I)\alpha = y`; returns ``K_ev @
+    alpha``."""
+    n = K_tr.shape[0]
+    A = K_tr + lam * n * torch.eye(n, dtype=K_tr.dtype, device=K_tr.device)
+    return K_ev @ torch.linalg.solve(A, y_tr)
+
+
+def validated_risk(preds, y_val, y_test, target_var, n_val):
+    r"""Choose :math:`\lambda` on validation data and report the test relative excess risk.
+
+    ``preds``: ``(L, n_val + n_test, T)`` from a ridge path evaluated on validation then test
+    points; ``y_val``: ``(n_val, T)``, ``y_test``: ``(n_test, T)`` noise-free target values;
+    ``target_var``: ``(T,)`` population variances.  Returns ``(risk (T,), lambda index (T,))`` with
+    risk :math:`= \|\hat f - f_\star\|^2/\mathrm{Var} f_\star` (1 = no better than the mean).
+    The test set is never used to choose :math:`\lambda`.
+    """
+    val_mse = ((preds[:, :n_val] - y_val[None]) ** 2).mean(dim=1)  # (L, T)
+    best = val_mse.argmin(dim=0)  # (T,)
+    test_mse = ((preds[:, n_val:] - y_test[None]) ** 2).mean(dim=1)  # (L, T)
+    risk = test_mse.gather(0, best[None])[0] / target_var
+    return risk, best
+
+
+# --------------------------------------------------------------------------------------
+# theory helpers
+# --------------------------------------------------------------------------------------
+
+
+def rfa_complexity_bilinear(S, *, tau=0.5):
+    r"""Norm bound :math:`B` of the pair term :math:`\langle x_0, S x_i\rangle` for RFA.
+
+    The value function :math:`v(W) = \mu_1^{-1}\,\langle G, T\rangle\, e_D` with
+    :math:`T = \tau^{-1}\,\mathrm{diag}(S, 0)` reproduces the pair term exactly (it enters through
+    the degree-1 Hermite coefficient :math:`\mu_1 = 1/2` of ReLU and the constant coordinate of
+    :math:`\tilde x_i`), with
+    :math:`B = \mathbb E\|v\|^2 = \|S\|_F^2/(\mu_1^2\tau^2) = 16\|S\|_F^2`.
+    """
+    return float(S.norm() ** 2 / (0.25 * tau**2))
