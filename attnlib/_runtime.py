@@ -75,9 +75,14 @@ def device_name(device: torch.device) -> str:
 
 
 def source_hash() -> str:
-    """SHA-256 over attnlib's Python sources: changes whenever the library's code changes."""
+    """SHA-256 over the Python sources that chapters compute with.
+
+    The book CLI (``attnlib/book.py``) is left out: it drives executions but does not change them.
+    """
     digest = hashlib.sha256()
     for path in sorted(_PACKAGE_DIR.rglob("*.py")):
+        if path.name == "book.py":
+            continue
         digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

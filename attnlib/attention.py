@@ -17,7 +17,7 @@ __all__ = [
     "multi_head_attention",
     "effective_tokens",
     "effective_tokens_annealed",
-    "condensation_scale",
+    "self_averaging_scale",
 ]
 
 
@@ -149,14 +149,18 @@ def effective_tokens_annealed(beta: torch.Tensor | float, n_tokens: int) -> torc
     With scores :math:`\beta z_j`, :math:`z_j \sim \mathcal N(0,1)`, the ratio of expectations
     :math:`\mathbb E[(\sum_j e^{\beta z_j})^2] / \mathbb E[\sum_j e^{2\beta z_j}]` equals
     :math:`1 + (T-1)e^{-\beta^2}`. It is exact at :math:`\beta = 0` and as :math:`\beta\to\infty`,
-    and matches the typical value while both sums self-average, i.e. below
-    :func:`condensation_scale`. Derived in chapter 0.
+    and matches the typical value while both sums self-average, i.e. well below
+    :func:`self_averaging_scale`. Derived in chapter 0.
     """
     beta = torch.as_tensor(beta, dtype=torch.float64)
     return 1.0 + (n_tokens - 1) * torch.exp(-(beta**2))
 
 
-def condensation_scale(n_tokens: int) -> float:
-    r""":math:`\beta_c = \sqrt{\ln T / 2}`: above it :math:`\sum_j e^{2\beta z_j}` is dominated by
-    its largest term, and the annealed prediction of :func:`effective_tokens_annealed` fails."""
-    return math.sqrt(math.log(n_tokens) / 2.0)
+def self_averaging_scale(n_tokens: int) -> float:
+    r""":math:`\beta_* = \tfrac12\sqrt{\ln T}`, where the relative variance
+    :math:`(e^{4\beta^2}-1)/T` of :math:`Z_2 = \sum_j e^{2\beta z_j}` reaches one.
+
+    Above it :math:`Z_2` is dominated by its few largest terms and the annealed prediction of
+    :func:`effective_tokens_annealed` no longer describes a typical head (chapter 0).
+    """
+    return math.sqrt(math.log(n_tokens)) / 2.0

@@ -309,10 +309,10 @@ def build_site(chapters: list[str], log=print) -> Path:
     html = BUILD / "html"
     out_root = BUILD / "jb"
     cmd = [
-        sys.executable, "-m", "jupyter_book", "build", str(src), "--path-output", str(out_root),
+        str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--path-output", str(out_root),
         "--all", "-W", "-n", "--keep-going",
     ]
-    log("  rendering the site: " + " ".join(cmd[2:]))
+    log("  rendering the site: jupyter-book " + " ".join(cmd[1:]))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
