@@ -557,3 +557,151 @@ def rfa_complexity_bilinear(S, *, tau=0.5):
     :math:`B = \mathbb E\|v\|^2 = \|S\|_F^2/(\mu_1^2\tau^2) = 16\|S\|_F^2`.
     """
     return float(S.norm() ** 2 / (0.25 * tau**2))
+
+
+# --------------------------------------------------------------------------------------
+# experiments (one sweep point each; used by Chapter 1)
+# --------------------------------------------------------------------------------------
+
+
+def _targets(x, names, S):
+    cols = []
+    for name in names:
+        if name == "bilinear":
+            cols.append(bilinear_target(x, S))
+        elif name == "max":
+            cols.append(max_over_keys_target(x))
+        elif name.startswith("geg"):
+            cols.append(gegenbauer_target(x, int(name[3:])))
+        else:
+            raise ValueError(f"unknown target {name!r}")
+    return torch.stack(cols, dim=1)
+
+
+def target_variances(names, d, N, S, *, generator, device, samples=40_000):
+    r"""Population variances of the targets: exact for ``bilinear`` and ``geg<k>`` (:math:`1/N`),
+    Monte Carlo with ``samples`` fresh sequences for ``max``."""
+    out = []
+    for name in names:
+        if name == "max":
+            x = sample_tokens(samples, N, d, generator=generator, device=device)
+            out.append(max_over_keys_target(x).var())
+        else:
+            out.append(torch.tensor(1.0 / N, dtype=torch.float64, device=device))
+    return torch.stack(out)
+
+
+def _curves_from_kernel(K, y, var, n_list, n_val, lambdas, model, names):
+    """Validated risks for every n from one kernel ``K`` (rows: train|val|test; cols: train)."""
+    n_max = K.shape[1]
+    rows = []
+    for n in n_list:
+        preds = kernel_ridge_path(K[:n, :n], y[:n], K[n_max:, :n], lambdas)
+        risk, best = validated_risk(preds, y[n_max:n_max + n_val], y[n_max + n_val:], var, n_val)
+        for t, name in enumerate(names):
+            rows.append({"model": model, "target": name, "n": int(n), "risk": float(risk[t]),
+                         "lam": float(lambdas[int(best[t])])})
+    return rows
+
+
+def _data(d, N, n_max, n_val, n_test, seed, targets, device):
+    """Sequences (train | validation | test), the bilinear matrix, target values and variances."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = sample_tokens(n_max + n_val + n_test, N, d, generator=g, device=device)
+    S = random_bilinear(d, generator=g, device=device)
+    y = _targets(x, targets, S)
+    var = target_variances(targets, d, N, S, generator=g, device=device)
+    return x, y, var, g
+
+
+def kernel_curves_point(*, d, N, n_list, n_val, n_test, seed, lambdas,
+                        targets=("bilinear", "max"), device="cpu"):
+    r"""Learning curves of the infinite-width RFA and RFMLP (closed-form kernels) for one seed.
+
+    Returns rows ``{model, target, n, risk, lam}``; ``risk`` is the relative excess risk on
+    ``n_test`` fresh sequences with :math:`\lambda` chosen on ``n_val`` validation sequences.
+    """
+    n_max = max(n_list)
+    x, y, var, _ = _data(d, N, n_max, n_val, n_test, seed, targets, device)
+    rows = _curves_from_kernel(rfa_kernel(x, x[:n_max]), y, var, n_list, n_val, lambdas,
+                               "RFA", targets)
+    X = concat_tokens(x)
+    Kmlp = rfmlp_kernel(X, X[:n_max], scale2=N + 2.0)
+    rows += _curves_from_kernel(Kmlp, y, var, n_list, n_val, lambdas, "RFMLP", targets)
+    return rows
+
+
+def heads_sweep_point(*, d, N, n_list, n_val, n_test, seed, lambdas, heads_list,
+                      targets=("bilinear",), device="cpu"):
+    """Validated risk of finite-head RFA at the largest ``n`` of ``n_list`` for every ``M``.
+
+    Same data as :func:`kernel_curves_point` with the same arguments (so the infinite-head
+    value of that function is the ``M -> infinity`` limit of these rows).
+    Returns rows ``{heads, target, n, risk, lam}``.
+    """
+    n_max = max(n_list)
+    x, y, var, g = _data(d, N, n_max, n_val, n_test, seed, targets, device)
+    rows = []
+    for M in heads_list:
+        Psi = design_matrix(rfa_features(x, sample_qk(M, d, generator=g, device=device)))
+        K = Psi @ Psi[:n_max].T
+        for r in _curves_from_kernel(K, y, var, [n_max], n_val, lambdas, "", targets):
+            r.pop("model")
+            rows.append({"heads": int(M), **r})
+    return rows
+
+
+def heads_curves_point(*, d, N, n_list, n_val, n_test, seed, lambdas, heads, biases,
+                       targets=("geg1", "geg2", "geg3"), device="cpu"):
+    """Learning curves of finite-head RFA (``bias = 0``) and BRFA (``bias = c > 0``) for one seed.
+
+    The same data and the same Gaussian part of the query-key matrices are used for every
+    ``bias`` (common random numbers), so differences between biases are not sampling noise.
+    Returns rows ``{bias, heads, target, n, risk, lam}``.
+    """
+    n_max = max(n_list)
+    x, y, var, g = _data(d, N, n_max, n_val, n_test, seed, targets, device)
+    W0 = sample_qk(heads, d, generator=g, device=device)
+    idx = torch.arange(d, device=device)
+    rows = []
+    for c in biases:
+        W = W0.clone()
+        W[:, idx, idx] += c * math.sqrt(d)
+        Psi = design_matrix(rfa_features(x, W))
+        K = Psi @ Psi[:n_max].T
+        for r in _curves_from_kernel(K, y, var, n_list, n_val, lambdas, "", targets):
+            r.pop("model")
+            rows.append({"bias": float(c), "heads": int(heads), **r})
+    return rows
+
+
+def kernel_mc_point(*, d, N, sequences, heads, repeats, seed, device="cpu"):
+    r"""Monte Carlo error of the finite-head kernel :math:`\Psi\Psi^\top` vs :func:`rfa_kernel`.
+
+    For each ``M`` in ``heads`` draws ``repeats`` independent sets of ``M`` heads and returns the
+    root-mean-square relative Frobenius error, with the exact CLT prediction
+    :math:`\sqrt{v_1/M}`, where :math:`v_1 = \mathbb E\|\phi_W\phi_W^\top - K\|_F^2/\|K\|_F^2` is
+    the one-head variance (estimated from ``max(20000, 2 max(heads))`` separate heads).
+    """
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = sample_tokens(sequences, N, d, generator=g, device=device)
+    K = rfa_kernel(x, x)
+    kn = K.norm()
+    # one-head variance, in chunks of heads
+    big, v1, done = max(20_000, 2 * max(heads)), 0.0, 0
+    while done < big:
+        m = min(20_000, big - done)
+        phi = rfa_features(x, sample_qk(m, d, generator=g, device=device))  # (s, m, D)
+        per = torch.einsum("ame,bme->mab", phi, phi)  # one-head kernels
+        v1 += float(((per - K) ** 2).sum())
+        done += m
+    v1 /= big * float(kn**2)
+    rows = []
+    for M in heads:
+        errs = []
+        for _ in range(repeats):
+            Psi = design_matrix(rfa_features(x, sample_qk(M, d, generator=g, device=device)))
+            errs.append(float(((Psi @ Psi.T - K).norm() / kn) ** 2))
+        rows.append({"heads": int(M), "rms_rel_err": math.sqrt(sum(errs) / repeats),
+                     "theory": math.sqrt(v1 / M)})
+    return rows
