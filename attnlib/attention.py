@@ -102,7 +102,9 @@ def multi_head_attention(
     scale: float | None = None,
     mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Multi-head self-attention :math:`F(X) = \sum_h \mathrm{softmax}(\beta X W^Q_h W^{K\top}_h X^\top)\, X W^V_h W^O_h`.
+    r"""Multi-head self-attention, the sum over heads of single-head attention:
+
+    .. math:: F(X) = \sum_h \mathrm{softmax}(\beta X W^Q_h W^{K\top}_h X^\top)\, X W^V_h W^O_h .
 
     Parameters
     ----------

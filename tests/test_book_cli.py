@@ -1,0 +1,115 @@
+"""The attnbook pipeline: parameters, cache keys, failure reporting, the cached rebuild."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from attnlib import book
+from attnlib._validation import ParameterError
+
+from .conftest import ROOT
+
+
+def test_parse_parameters():
+    assert book.parse_parameters(["profile=full", "seed=3", "lam=1e-2", "name=abc"]) == {
+        "profile": "full", "seed": 3, "lam": 0.01, "name": "abc"}
+    with pytest.raises(book.BuildError, match="name=value"):
+        book.parse_parameters(["seed"])
+
+
+def test_validate_parameters_rejects_unknown_names_and_values():
+    defaults = {"profile": "quick", "device": "auto", "seed": 0}
+    assert book.validate_parameters("c", {"seed": 2}, defaults)["seed"] == 2
+    with pytest.raises(ParameterError, match="sed is not a parameter of chapter c; .*seed"):
+        book.validate_parameters("c", {"sed": 2}, defaults)
+    with pytest.raises(ParameterError, match="profile='fast'"):
+        book.validate_parameters("c", {"profile": "fast"}, defaults)
+
+
+def test_bad_profile_exits_at_once_with_one_line():
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "attnlib.book", "run", "00-attention",
+                           "-p", "profile=fast"], capture_output=True, text=True, cwd=ROOT)
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "profile='fast'" in lines[0] and "'quick', 'full'" in lines[0]
+    assert elapsed < 60  # no kernel was started (a chapter execution takes far longer)
+
+
+def test_cache_key_covers_parameters_and_source():
+    params = {"profile": "quick", "device": "auto", "seed": 0}
+    key = book.cache_key("00-attention", params)
+    assert key == book.cache_key("00-attention", dict(params))
+    assert key != book.cache_key("00-attention", {**params, "seed": 1})
+
+
+def test_every_toc_chapter_has_a_source_and_a_parameters_cell():
+    chapters = book.toc_chapters()
+    assert chapters[0] == "00-attention"
+    for chapter in chapters:
+        defaults = book.default_parameters(book._read_chapter(chapter))
+        assert {"profile", "device", "seed"} <= set(defaults)
+        assert defaults["profile"] == "quick" and defaults["device"] == "auto"
+
+
+def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
+    chapters, executed, cache = tmp_path / "chapters", tmp_path / "executed", tmp_path / "cache"
+    chapters.mkdir()
+    (chapters / "99-broken.md").write_text(textwrap.dedent(
+        """\
+        ---
+        jupytext:
+          text_representation: {extension: .md, format_name: myst}
+        kernelspec: {display_name: Python 3, language: python, name: python3}
+        ---
+        # Broken
+
+        ```{code-cell} python
+        :tags: [parameters]
+        profile = "quick"
+        device = "auto"
+        seed = 0
+        ```
+
+        ```{code-cell} python
+        value = 1 / 0
+        ```
+        """))
+    monkeypatch.setattr(book, "CHAPTERS", chapters)
+    monkeypatch.setattr(book, "EXECUTED", executed)
+    monkeypatch.setattr(book, "CACHE", cache)
+    monkeypatch.setattr(book, "RECORDS", cache / "executions.json")
+    with pytest.raises(book.BuildError) as err:
+        book.execute_chapter("99-broken", log=lambda *_: None)
+    msg = str(err.value)
+    assert "99-broken failed" in msg and "value = 1 / 0" in msg and "ZeroDivisionError" in msg
+    assert not (executed / "99-broken.ipynb").exists()  # the error notebook is never published
+
+
+@pytest.mark.book
+def test_second_build_executes_nothing():
+    """After `make book`, building again with nothing changed re-executes no chapter."""
+    lines = []
+    records = book.build(site=False, log=lines.append)
+    assert not any(r["executed"] for r in records.values())
+    assert any("0 of" in line and "chapters executed" in line for line in lines)
+
+
+@pytest.mark.parametrize("chapter", book.toc_chapters())
+def test_colab_notebook_twin_is_in_sync(chapter):
+    """chapters/<id>.ipynb (what launch buttons open) has the cells of chapters/<id>.md."""
+    import jupytext
+    import nbformat
+
+    twin = ROOT / "chapters" / f"{chapter}.ipynb"
+    assert twin.exists(), f"run `attnbook sync` to write {twin.name}"
+    source = jupytext.read(ROOT / "chapters" / f"{chapter}.md")
+    committed = nbformat.read(twin, as_version=4)
+    assert [c.source for c in committed.cells] == [c.source for c in source.cells]
+    assert all(not c.get("outputs") for c in committed.cells if c.cell_type == "code")

@@ -1,0 +1,80 @@
+"""Headless Chromium over the built site: every page loads, math is typeset, no failed request."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+
+import pytest
+
+from .test_site import MATH_PAGES, all_pages
+
+pytestmark = [pytest.mark.book, pytest.mark.browser]
+
+#: Console noise present on every Jupyter Book 1 page, not caused by this book.
+KNOWN_NOISE = ("THEBE_JS_URL", "Got invalid theme mode", "favicon.ico")
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = _chromium()
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium on this machine: `apt-get install chromium` to run browser tests")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=exe, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def server(html_dir):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html_dir))
+    handler.log_message = lambda *a, **k: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize("page", all_pages())
+def test_page_renders_math_and_loads_everything(browser, server, page):
+    tab = browser.new_page(viewport={"width": 1280, "height": 1600})
+    failed, errors = [], []
+    tab.on("requestfailed", lambda r: failed.append(f"{r.url} {r.failure}"))
+    tab.on("response", lambda r: failed.append(f"{r.url} {r.status}") if r.status >= 400 else None)
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    tab.goto(f"{server}/{page}.html", wait_until="networkidle")
+    if page in MATH_PAGES:
+        tab.wait_for_selector("mjx-container", timeout=20_000)
+        assert tab.locator("mjx-container").count() > 3
+        assert tab.evaluate("() => window.MathJax.version") == "3.2.2"
+        assert tab.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
+    images = tab.evaluate(
+        "() => Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+    )
+    assert not images, f"images that did not load: {images}"
+    real_failures = [f for f in failed if not any(n in f for n in KNOWN_NOISE)]
+    real_errors = [e for e in errors if not any(n in e for n in KNOWN_NOISE)]
+    assert not real_failures, real_failures
+    assert not real_errors, real_errors
+    tab.close()

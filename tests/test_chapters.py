@@ -1,0 +1,81 @@
+"""Every chapter of the table of contents, as executed by `attnbook build` (quick profile)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from attnlib.book import toc_chapters
+
+from .conftest import EXECUTED
+
+pytestmark = pytest.mark.book
+
+#: The stable summary keys each chapter's issue names.
+REQUIRED_KEYS = {
+    "00-attention": ["sdpa_max_abs_diff"],
+    "01-random-features": [
+        "rfmlp_over_rfa_at_max_n", "rfa_spread_over_N", "brfa_over_rfa_deg1", "brfa_over_rfa_deg2",
+        "heads_loglog_slope", "kernel_mc_loglog_slope", "max_over_keys_rel_risk",
+    ],
+    "02-provable-mha": [
+        "recovery_rel_test_error_m1", "recovery_rel_test_error_m2", "truth_inside_body_fraction",
+        "moment_identity_max_rel_error", "adam_nice_success_rate", "adam_hard_explained_variance",
+    ],
+    "03-positional-semantic": [
+        "alpha_c", "alpha_l", "alpha_c_by_omega", "alpha_l_by_omega", "eps_g_semantic_alpha2",
+        "eps_g_positional_alpha2", "eps_g_linear_baseline", "gd_vs_theory_eps_g_rel_diff",
+        "histogram_val_acc_positional", "histogram_val_acc_semantic", "solver_seconds_per_point",
+        "solver_speedup_vs_reference",
+    ],
+    "04-attention-paths": [
+        "hmc_gp_all_paths_acc", "hmc_gp_good_path_acc", "hmc_theory_acc_by_N", "hmc_U_gd_smallest_N",
+        "sampling_vs_theory_acc_diff", "sampling_vs_theory_mean_corr", "saddle_residual_max",
+        "pruning_rank_corr", "solver_speedup_vs_adam",
+    ],
+}
+COMMON_KEYS = ["profile", "device", "seed", "wall_s"]
+
+
+def _finite(value) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int | float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return False
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_summary_has_every_key(chapter, summaries):
+    summary = summaries[chapter]
+    missing = [k for k in REQUIRED_KEYS[chapter] + COMMON_KEYS if k not in summary]
+    assert not missing, f"{chapter}.summary.json lacks {missing}"
+    for key in REQUIRED_KEYS[chapter]:
+        assert _finite(summary[key]), f"{chapter}: {key}={summary[key]!r} is not finite"
+    assert summary["profile"] == "quick" and summary["seed"] == 0
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_executed_notebook_has_no_errors(chapter):
+    nb = json.loads((EXECUTED / f"{chapter}.ipynb").read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            assert out["output_type"] != "error", f"{chapter}: error output {out.get('ename')}"
+    tags = [cell["metadata"].get("tags", []) for cell in nb["cells"]]
+    assert any("parameters" in t and "remove-cell" in t for t in tags)
+    assert any("injected-parameters" in t and "hide-input" in t for t in tags)
+
+
+def test_chapter0_explicit_attention_matches_sdpa(summaries):
+    s = summaries["00-attention"]
+    assert s["sdpa_max_abs_diff"] < 1e-12
+    # the annealed prediction holds in the self-averaging window and fails beyond beta_*
+    assert s["neff_max_rel_err_selfaveraging"] < 0.1
+    assert s["neff_rel_err_at_beta_star"] > s["neff_max_rel_err_selfaveraging"]
+    assert s["neff_ratio_at_beta3"] > 2
