@@ -35,6 +35,30 @@ def _read_done(path: Path) -> dict[str, list[dict]]:
     return done
 
 
+class _ProgressLines:
+    """A minimal progress reporter that appends ``name: k/n points`` lines to a file."""
+
+    def __init__(self, path: str, name: str, total: int, initial: int, every_s: float = 5.0):
+        self.path, self.name, self.total, self.count = path, name, total, initial
+        self.every_s, self.t0, self.last = every_s, time.perf_counter(), -float("inf")
+        if initial:
+            self._write(f"resuming after {initial} finished points")
+
+    def _write(self, message: str) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(f"sweep {self.name}: {message}\n")
+
+    def update(self, n: int = 1) -> None:
+        self.count += n
+        now = time.perf_counter()
+        if now - self.last >= self.every_s or self.count == self.total:
+            self.last = now
+            self._write(f"{self.count}/{self.total} points ({now - self.t0:.0f} s)")
+
+    def close(self) -> None:
+        pass
+
+
 def sweep(
     fn: Callable[..., dict | list[dict]],
     points: Iterable[Mapping[str, Any]],
@@ -58,7 +82,9 @@ def sweep(
     path : path-like, optional
         Explicit checkpoint file, instead of ``run``.
     progress : bool, optional
-        Show a tqdm bar; by default only in interactive sessions, not in book builds.
+        Show a tqdm bar; by default only in interactive sessions. In book builds
+        (``ATTNLIB_PROGRESS_FILE`` set by ``attnbook``) progress lines go to that file instead,
+        which the CLI prints, so that the executed notebook stays free of progress output.
 
     Returns
     -------
@@ -79,16 +105,17 @@ def sweep(
     path.parent.mkdir(parents=True, exist_ok=True)
     points = [dict(p) for p in points]
     done = _read_done(path)
+    progress_file = os.environ.get("ATTNLIB_PROGRESS_FILE")
     if progress is None:
-        progress = os.environ.get("ATTNLIB_BUILD") is None and hasattr(sys, "ps1") or bool(
-            os.environ.get("ATTNLIB_PROGRESS")
-        )
+        progress = progress_file is None and hasattr(sys, "ps1")
     todo = [p for p in points if _key(p) not in done]
     bar = None
     if progress and todo:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=name)
+    elif progress_file and todo:
+        bar = _ProgressLines(progress_file, name, total=len(points), initial=len(points) - len(todo))
     with path.open("a") as fh:
         for point in todo:
             t0 = time.perf_counter()

@@ -160,6 +160,37 @@ def is_current(chapter: str, key: str, records: dict | None = None) -> bool:
 # --------------------------------------------------------------------------------------------
 # execution
 # --------------------------------------------------------------------------------------------
+class _Tail:
+    """Print lines appended to ``path`` (the sweeps' progress) while a chapter executes."""
+
+    def __init__(self, path: Path, prefix: str, log=print, every_s: float = 1.0):
+        import threading
+
+        self.path, self.prefix, self.log, self.every_s = path, prefix, log, every_s
+        self.offset, self.done = 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _flush(self) -> None:
+        with self.path.open() as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        complete, _, _ = chunk.rpartition("\n")
+        if complete:
+            self.offset += len(complete) + 1
+            for line in complete.splitlines():
+                self.log(self.prefix + line)
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every_s):
+            self._flush()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self._flush()
+
+
 def _tag_parameter_cells(nb) -> None:
     """Hide the defaults cell entirely and collapse the injected-parameters cell."""
     for cell in nb.cells:
@@ -221,12 +252,15 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
     for stale in (final, summary):
         stale.unlink(missing_ok=True)
 
+    progress = CACHE / f"{chapter}.progress.log"
+    progress.write_text("")
     env_before = dict(os.environ)
-    os.environ["ATTNLIB_BUILD"] = "1"
     os.environ["ATTNLIB_SWEEP_DIR"] = str(CACHE / "sweeps" / chapter / key)
+    os.environ["ATTNLIB_PROGRESS_FILE"] = str(progress)
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     log(f"  {chapter}: executing with {json.dumps(merged, sort_keys=True)}")
     t0 = time.perf_counter()
+    tail = _Tail(progress, prefix=f"  {chapter}: ", log=log)
     try:
         pm.execute_notebook(
             str(source), str(partial), parameters=merged, cwd=str(EXECUTED),
@@ -238,6 +272,7 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
     except Exception as err:  # kernel death, timeout, ...
         raise BuildError(f"chapter {chapter} failed: {type(err).__name__}: {err}") from None
     finally:
+        tail.stop()
         os.environ.clear()
         os.environ.update(env_before)
     wall = time.perf_counter() - t0

@@ -206,3 +206,13 @@ def test_write_summary(full_run, tmp_path):
 def test_summary_rejects_nan(full_run):
     with pytest.raises(ValueError, match="not finite"):
         full_run.record(bad=float("nan"))
+
+
+def test_sweep_reports_progress_to_the_build_log(tmp_path, monkeypatch):
+    log = tmp_path / "progress.log"
+    monkeypatch.setenv("ATTNLIB_PROGRESS_FILE", str(log))
+    al.sweep(lambda i: {"v": i}, [{"i": i} for i in range(3)], name="demo", path=tmp_path / "s.jsonl")
+    lines = log.read_text().splitlines()
+    assert lines[-1].startswith("sweep demo: 3/3 points")
+    al.sweep(lambda i: {"v": i}, [{"i": i} for i in range(4)], name="demo", path=tmp_path / "s.jsonl")
+    assert "resuming after 3 finished points" in log.read_text()
