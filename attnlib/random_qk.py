@@ -85,32 +85,30 @@ class RandomQKConfig:
     d: int = 8  # token dimension of the main experiments
     N_list: tuple = (2, 4, 8)  # numbers of keys compared (RFA vs RFMLP)
     N: int = 8  # number of keys in the single-N experiments
-    n_list: tuple = (64, 128, 256, 512, 1024)  # training-set sizes of the learning curves
-    n_val: int = 400  # validation points (choose the ridge lambda)
-    n_test: int = 400  # fresh test points (excess risk)
-    heads: int = 300  # heads of the finite-head RFA/BRFA comparisons
-    heads_list: tuple = (8, 16, 32, 64, 128, 256, 512)  # heads for the error-vs-M figure
-    n_heads_exp: int = 1024  # training points in the error-vs-M figure
+    n_list: tuple = (50, 100, 200, 400, 800)  # training-set sizes of the learning curves
+    n_val: int = 250  # validation points (choose the ridge lambda)
+    n_test: int = 250  # fresh test points (excess risk)
+    heads: int = 250  # heads of the finite-head RFA/BRFA comparisons
+    heads_list: tuple = (16, 32, 64, 128, 256)  # heads for the error-vs-M figure
     mc_heads: tuple = (10, 30, 100, 300, 1000, 3000, 10000)  # kernel Monte Carlo
     mc_sequences: int = 8  # sequences in the kernel Monte Carlo check
     mc_repeats: int = 20  # independent head draws per M in the Monte Carlo check
     bias: float = 1.0  # BRFA mean strength c
     bias_list: tuple = (0.0, 0.5, 1.0, 1.5, 2.0)  # mean-strength sweep
-    n_bias_exp: int = 1024  # training points in the mean-strength sweep
-    small_d: int = 5  # dimension of the RFA/BRFA crossing experiment
+    small_d: int = 4  # dimension of the RFA/BRFA crossing experiment
     small_N: int = 4  # keys of the crossing experiment
-    small_n_list: tuple = (50, 100, 200, 400, 800, 1600)  # sizes of the crossing experiment
-    N_max_exp: int = 8  # keys of the out-of-class (max over keys) experiment
+    small_n_list: tuple = (25, 50, 100, 200, 400, 800)  # sizes of the crossing experiment
     seeds: int = 3  # independent repetitions (data, weights, target)
     lambdas: tuple = field(default_factory=lambda: tuple(10.0 ** np.arange(-9, 1)))
 
     def __post_init__(self):
-        for name in ("d", "N", "n_val", "n_test", "heads", "n_heads_exp", "mc_sequences",
-                     "mc_repeats", "n_bias_exp", "small_d", "small_N", "N_max_exp", "seeds"):
+        for name in ("d", "N", "n_val", "n_test", "heads", "mc_sequences", "mc_repeats",
+                     "small_d", "small_N", "seeds"):
             v = getattr(self, name)
             _check(name, isinstance(v, int) and v >= 1, "a positive integer")
         _check("d", self.d >= 3, "an integer >= 3")
         _check("small_d", self.small_d >= 3, "an integer >= 3")
+        _check("N", self.N in self.N_list, "one of N_list")
         for name in ("N_list", "n_list", "heads_list", "mc_heads", "small_n_list"):
             v = getattr(self, name)
             _check(name, len(v) > 0 and all(isinstance(t, int) and t >= 1 for t in v),
@@ -127,9 +125,9 @@ PROFILES = {
     "full": RandomQKConfig(
         d=12, N_list=(2, 4, 8, 16), N=8, n_list=(128, 256, 512, 1024, 2048, 4096, 8192),
         n_val=2000, n_test=2000, heads=2000, heads_list=(16, 32, 64, 128, 256, 512, 1024, 2048),
-        n_heads_exp=4096, mc_heads=(10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000),
-        mc_sequences=16, mc_repeats=50, n_bias_exp=4096, small_d=6, small_N=4,
-        small_n_list=(50, 100, 200, 400, 800, 1600, 3200, 6400), N_max_exp=8, seeds=5,
+        mc_heads=(10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000),
+        mc_sequences=16, mc_repeats=50, small_d=6, small_N=4,
+        small_n_list=(50, 100, 200, 400, 800, 1600, 3200, 6400), seeds=5,
     ),
 }
 
@@ -263,32 +261,52 @@ def _chunks(na, per_row, budget=4_000_000):
     return range(0, na, step), step
 
 
-def rfa_kernel(xa, xb, *, a=1.0, tau=0.5):
+def _rfa_parts(x, a):
+    t = augment(x, a)
+    q, k = t[:, 0], t[:, 1:]
+    return q, k, q.norm(dim=-1)[:, None] * k.norm(dim=-1)  # (n, D), (n, N, D), (n, N)
+
+
+def _rfa_block(A, B):
+    """Unscaled kernel block, the double sum of :func:`rfa_kernel` (rows of A, columns of B)."""
+    (qa, ka, ra), (qb, kb, rb) = A, B
+    G = torch.einsum("aie,bje->abij", ka, kb)  # <x~_i, x~'_j>
+    U = qa @ qb.T  # <x~_0, x~'_0>
+    R = ra[:, None, :, None] * rb[None, :, None, :]
+    rho = U[:, :, None, None] * G / R
+    return (R * kappa1(rho) * G).sum(dim=(-1, -2))
+
+
+def rfa_kernel(xa, xb=None, *, a=1.0, tau=0.5):
     r"""Infinite-head RFA kernel :math:`K(x, x') = \mathbb E_W\langle\phi_W(x), \phi_W(x')\rangle`.
 
     With :math:`r_i = \|\tilde x_0\|\|\tilde x_i\|` and
     :math:`\rho_{ij} = \langle\tilde x_0,\tilde x_0'\rangle
     \langle\tilde x_i,\tilde x_j'\rangle/(r_i r_j')`,
 
-    .. math:: K = \frac{\tau^2}{N N'} \sum_{i,j} r_i r'_j\,\kappa_1(\rho_{ij})\,\langle\tilde x_i,
-        \tilde x'_j\rangle .
+    .. math:: K = \frac{\tau^2}{N N'} \sum_{i,j} r_i r'_j\,\kappa_1(\rho_{ij})\,
+        \langle\tilde x_i, \tilde x'_j\rangle .
 
     ``xa``: ``(na, N + 1, d)``, ``xb``: ``(nb, N' + 1, d)``. Returns ``(na, nb)``.
+    With ``xb=None`` the symmetric matrix ``K(xa, xa)`` is computed from its upper triangle.
+    Chapter 1, theorem ``thm-ch1-kernel``.
     """
-    ta, tb = augment(xa, a), augment(xb, a)
-    qa, ka = ta[:, 0], ta[:, 1:]
-    qb, kb = tb[:, 0], tb[:, 1:]
-    ra = qa.norm(dim=-1)[:, None] * ka.norm(dim=-1)  # (na, N)
-    rb = qb.norm(dim=-1)[:, None] * kb.norm(dim=-1)  # (nb, N')
-    Na, Nb = ka.shape[1], kb.shape[1]
+    sym = xb is None
+    xb = xa if sym else xb
+    A = _rfa_parts(xa, a)
+    B = A if sym else _rfa_parts(xb, a)
+    Na, Nb = A[1].shape[1], B[1].shape[1]
     out = torch.empty(xa.shape[0], xb.shape[0], dtype=xa.dtype, device=xa.device)
     starts, step = _chunks(xa.shape[0], xb.shape[0] * Na * Nb)
     for s in starts:
-        G = torch.einsum("aie,bje->abij", ka[s:s + step], kb)  # <x~_i, x~'_j>
-        U = qa[s:s + step] @ qb.T  # <x~_0, x~'_0>
-        R = ra[s:s + step, None, :, None] * rb[None, :, None, :]
-        rho = U[:, :, None, None] * G / R
-        out[s:s + step] = (R * kappa1(rho) * G).sum(dim=(-1, -2))
+        e = s + step
+        rows = tuple(t[s:e] for t in A)
+        if sym:
+            blk = _rfa_block(rows, tuple(t[s:] for t in B))
+            out[s:e, s:] = blk
+            out[s:, s:e] = blk.T
+        else:
+            out[s:e] = _rfa_block(rows, B)
     return out * (tau**2 / (Na * Nb))
 
 
@@ -623,8 +641,8 @@ def kernel_curves_point(*, d, N, n_list, n_val, n_test, seed, lambdas,
     """
     n_max = max(n_list)
     x, y, var, _ = _data(d, N, n_max, n_val, n_test, seed, targets, device)
-    rows = _curves_from_kernel(rfa_kernel(x, x[:n_max]), y, var, n_list, n_val, lambdas,
-                               "RFA", targets)
+    K = torch.cat([rfa_kernel(x[:n_max]), rfa_kernel(x[n_max:], x[:n_max])], dim=0)
+    rows = _curves_from_kernel(K, y, var, n_list, n_val, lambdas, "RFA", targets)
     X = concat_tokens(x)
     Kmlp = rfmlp_kernel(X, X[:n_max], scale2=N + 2.0)
     rows += _curves_from_kernel(Kmlp, y, var, n_list, n_val, lambdas, "RFMLP", targets)

@@ -280,3 +280,8 @@ def test_config_validation():
     with pytest.raises(ValueError, match="n_list"):
         rq.RandomQKConfig(n_list=(10, -1))
     assert set(rq.PROFILES) == {"quick", "full"}
+
+
+def test_symmetric_kernel_path_equals_general_path():
+    x = rq.sample_tokens(37, 3, 5, generator=gen(22))
+    torch.testing.assert_close(rq.rfa_kernel(x), rq.rfa_kernel(x, x), rtol=1e-13, atol=1e-15)
