@@ -62,6 +62,8 @@ __all__ = [
     "markov_heads",
     "markov_attention",
     "PATH_NAMES_4",
+    "markov_problem",
+    "compare_solvers",
     # posterior sampling
     "hmc",
     "HMCResult",
@@ -161,9 +163,7 @@ def init_weights(
     lead = () if n_chains is None else (n_chains,)
 
     def g(*shape, var):
-        return math.sqrt(var) * torch.randn(
-            *lead, *shape, generator=generator, dtype=dtype, device=device
-        )
+        return math.sqrt(var) * torch.randn(*lead, *shape, generator=generator, dtype=dtype, device=device)
 
     return {
         "V0": g(widths[0], n0, var=variances[0]),
@@ -390,9 +390,7 @@ class PathAction:
         UL = Us[L - 1]
         ua = self.u_a(UL) if u_a is None else u_a
         S = Ns[L] * (ua / v[L + 1] - torch.log(ua))
-        S = S + Ns[L - 1] * (
-            torch.trace(UL) / (v[L] * ua) - torch.logdet(UL) + Hs[L - 1] * torch.log(ua)
-        )
+        S = S + Ns[L - 1] * (torch.trace(UL) / (v[L] * ua) - torch.logdet(UL) + Hs[L - 1] * torch.log(ua))
         for l in range(L - 1):  # layer l+1 in 1-based notation
             Ul, Unext = Us[l], Us[l + 1]
             pt = _partial_trace_outer(Ul, Hs[l])
@@ -421,14 +419,12 @@ class PathAction:
         for l in range(L):
             if l < L - 1:
                 g = Ns[l] * (
-                    torch.kron(torch.eye(Hs[l], dtype=DTYPE, device=self.device), inv[l + 1])
-                    / v[l + 1]
+                    torch.kron(torch.eye(Hs[l], dtype=DTYPE, device=self.device), inv[l + 1]) / v[l + 1]
                     - inv[l]
                 )
             else:
                 g = Ns[l] * (
-                    torch.eye(self.sizes[l], dtype=DTYPE, device=self.device) / (v[l + 1] * ua)
-                    - inv[l]
+                    torch.eye(self.sizes[l], dtype=DTYPE, device=self.device) / (v[l + 1] * ua) - inv[l]
                 )
             if l > 0:
                 pt = _partial_trace_outer(Us[l - 1], Hs[l - 1])
@@ -572,9 +568,7 @@ def adam_raw_solve(
     return Us, step, time.perf_counter() - t0, converged
 
 
-def predict(
-    U: torch.Tensor, xt_train: torch.Tensor, Y: torch.Tensor, xt_test: torch.Tensor, T: float
-):
+def predict(U: torch.Tensor, xt_train: torch.Tensor, Y: torch.Tensor, xt_test: torch.Tensor, T: float):
     """Predictor statistics of GP regression with the renormalised kernel.
 
     .. math:: \\langle f_*\\rangle = k_*^\\top (K+T)^{-1} Y,\\qquad
@@ -699,9 +693,7 @@ def make_markov_data(cfg: MarkovTaskConfig, n_seq: int, generator: torch.Generat
     return tokens, y, s
 
 
-def markov_heads(
-    cfg: MarkovTaskConfig, kind: str, generator: torch.Generator | None = None
-) -> torch.Tensor:
+def markov_heads(cfg: MarkovTaskConfig, kind: str, generator: torch.Generator | None = None) -> torch.Tensor:
     """Hand-designed bilinear head ``W`` (N0, N0): key on the left, query on the right.
 
     ``kind``: ``"same"`` (query t attends to t-1 if it is in the same hidden state, else to BOS),
@@ -737,6 +729,75 @@ def markov_heads(
 def markov_attention(x: torch.Tensor, layers, beta: float) -> list[torch.Tensor]:
     """Attention tensors of each layer from a list of per-layer head stacks ``(H_l, N0, N0)``."""
     return [attention_from_bilinear(x, W, beta) for W in layers]
+
+
+def markov_problem(cfg: MarkovTaskConfig, draw: int = 0, network: str = "four") -> dict:
+    """Training and test path features of one random draw of the hidden-Markov-chain task.
+
+    ``network = "four"``: layer 1 = {same-token, random}, layer 2 = {uniform, random}
+    (paths g, a1, d, a2 in code order); ``"two"``: layer 1 = {same-token, uniform},
+    layer 2 = {uniform} (paths g, d). Draw ``k`` uses training seed ``27 + 1009 k``, test seed
+    ``59 + 1009 k`` and random-head seeds ``147 + k``, ``247 + k``. Returns a dict with
+    ``xi_tr`` (P, paths, N0), ``y_tr``, ``xi_te``, ``y_te`` and ``heads``.
+    """
+    x_tr, y_tr, _ = make_markov_data(cfg, cfg.P, torch.Generator().manual_seed(27 + 1009 * draw))
+    x_te, y_te, _ = make_markov_data(cfg, cfg.n_test, torch.Generator().manual_seed(59 + 1009 * draw))
+    if network == "four":
+        layers = [
+            torch.stack(
+                [
+                    markov_heads(cfg, "same"),
+                    markov_heads(cfg, "random", torch.Generator().manual_seed(147 + draw)),
+                ]
+            ),
+            torch.stack(
+                [
+                    markov_heads(cfg, "uniform"),
+                    markov_heads(cfg, "random", torch.Generator().manual_seed(247 + draw)),
+                ]
+            ),
+        ]
+        heads = [2, 2]
+    elif network == "two":
+        layers = [
+            torch.stack([markov_heads(cfg, "same"), markov_heads(cfg, "uniform")]),
+            markov_heads(cfg, "uniform")[None],
+        ]
+        heads = [2, 1]
+    else:
+        raise ValueError(f"network must be 'four' or 'two', got {network!r}")
+    xi_tr = path_features(x_tr, markov_attention(x_tr, layers, cfg.beta))
+    xi_te = path_features(x_te, markov_attention(x_te, layers, cfg.beta))
+    return {"xi_tr": xi_tr, "y_tr": y_tr, "xi_te": xi_te, "y_te": y_te, "heads": heads}
+
+
+def compare_solvers(
+    action: PathAction, tol: float = 1e-5, adam_lr: float = 0.1, max_steps: int = 50_000
+) -> dict:
+    """Time to the same tolerance ``max |dS/dU| < tol`` (raw-entry gradient, the authors' rule).
+
+    Our solver: L-BFGS on Cholesky factors from the GP point (no Newton polishing), tightened
+    until the rule holds. Reference: Adam on the raw symmetrised matrices.
+    """
+    t0 = time.perf_counter()
+    gtol = 1e-6
+    while True:
+        sol = action.solve(gtol=gtol, newton_steps=0)
+        gmax = max(float(g.abs().max()) for g in action.gradient(sol.Us)) / action.N
+        if gmax < tol or gtol < 1e-14:
+            break
+        gtol /= 100
+    t_lbfgs = time.perf_counter() - t0
+    Us_adam, steps, t_adam, ok = adam_raw_solve(action, lr=adam_lr, tol=tol, max_steps=max_steps)
+    return {
+        "lbfgs_s": t_lbfgs,
+        "lbfgs_grad_max": gmax,
+        "adam_s": t_adam,
+        "adam_steps": steps,
+        "adam_converged": ok,
+        "speedup": t_adam / t_lbfgs,
+        "U_diff": float((Us_adam[0] - sol.U).abs().max()),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -921,11 +982,7 @@ class PathPosterior:
         L = len(heads)
         self.variances = [1.0] * (L + 2) if variances is None else list(variances)
         n0 = xi.shape[-1]
-        shapes = (
-            [(widths[0], n0)]
-            + [(heads[l], widths[l + 1], widths[l]) for l in range(L)]
-            + [(widths[L],)]
-        )
+        shapes = [(widths[0], n0)] + [(heads[l], widths[l + 1], widths[l]) for l in range(L)] + [(widths[L],)]
         var = list(self.variances)
         if collapsed:
             shapes, var = shapes[1:], var[1:]
@@ -1018,8 +1075,8 @@ class DigitsConfig:
 
 
 DIGITS_PROFILES = {
-    "quick": DigitsConfig(),
-    "full": DigitsConfig(width=256, gd_steps=6000, P=600, n_val=1000, n_test=2000),
+    "quick": DigitsConfig(width=32, gd_steps=800, gd_batch=32, P=120),
+    "full": DigitsConfig(width=256, gd_steps=6000, gd_batch=128, P=600, n_val=1000, n_test=2000),
 }
 
 
@@ -1135,5 +1192,5 @@ def train_icl_net(
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return net, losses

@@ -1,0 +1,46 @@
+"""Assertions on chapter 4's executed summary (quick profile): the effects the chapter claims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import EXECUTED, _need
+
+pytestmark = pytest.mark.book
+
+
+@pytest.fixture(scope="module")
+def s() -> dict:
+    return json.loads(_need(EXECUTED / "04-attention-paths.summary.json").read_text())
+
+
+def test_gp_references_are_ordered(s):
+    # the adversarial paths hurt the all-paths GP: the good path alone is better
+    assert s["hmc_gp_good_path_acc"] > s["hmc_gp_all_paths_acc"] + 3
+
+
+def test_finite_width_beats_gp_and_returns_to_it(s):
+    acc = {int(k): v for k, v in s["hmc_theory_acc_by_N"].items()}
+    Ns = sorted(acc)
+    assert acc[Ns[0]] > s["hmc_gp_all_paths_acc"] + 5  # narrow network: large gain
+    assert acc[Ns[0]] >= s["hmc_gp_good_path_acc"] - 1  # at least as good as the good-path GP
+    assert abs(acc[Ns[-1]] - s["hmc_gp_all_paths_acc"]) < 3  # wide network: back to the GP
+    # accuracy decreases with width (allow small wiggles between neighbours)
+    assert all(acc[a] >= acc[b] - 1 for a, b in zip(Ns, Ns[1:], strict=False))
+
+
+def test_order_parameter_and_solver(s):
+    assert s["hmc_U_gd_smallest_N"] < 0  # signed combination of good and denoising paths
+    assert s["saddle_residual_max"] < 1e-5
+    assert s["solver_speedup_vs_adam"] > 1
+
+
+def test_theory_matches_sampling(s):
+    assert s["sampling_vs_theory_acc_diff"] < 3.0
+    assert s["sampling_vs_theory_mean_corr"] > 0.95
+
+
+def test_pruning_correlation_is_a_correlation(s):
+    assert -1.0 <= s["pruning_rank_corr"] <= 1.0
