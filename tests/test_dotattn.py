@@ -1,0 +1,240 @@
+"""Tests of attnlib.dotattn: theory solver (Chapter 3), linear baseline, finite-d simulation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnlib.dotattn as D
+from attnlib._validation import ParameterError
+
+DT = torch.float64
+
+
+def _t(*vals):
+    return torch.tensor(vals, dtype=DT)
+
+
+# ---------------------------------------------------------------- quadrature
+def test_gauss_hermite_moments_exact():
+    nodes, w = D.gauss_hermite_4d(4)
+    assert nodes.shape == (256, 4) and abs(float(w.sum()) - 1) < 1e-14
+    # E xi^2 = 1, E xi^4 = 3, E xi^6 = 15 (exact up to degree 2n-1 = 7), independence across dims
+    assert abs(float((nodes[:, 0] ** 2) @ w) - 1) < 1e-12
+    assert abs(float((nodes[:, 1] ** 4) @ w) - 3) < 1e-12
+    assert abs(float((nodes[:, 2] ** 6) @ w) - 15) < 1e-11
+    assert abs(float((nodes[:, 0] ** 2 * nodes[:, 3] ** 4) @ w) - 3) < 1e-12
+    assert abs(float((nodes[:, 0] * nodes[:, 1]) @ w)) < 1e-14
+
+
+def test_linear_baseline_quadrature_matches_monte_carlo():
+    gen = np.random.default_rng(0)
+    h = 0.5 * gen.standard_normal((2, 2_000_000))
+    s = 1 / (1 + np.exp(-h[0] * (h[0] - h[1])))
+    mc = 2 * 0.25 * (1 - 0.3) ** 2 * s.var()
+    exact = D.linear_baseline_error(0.3, sigma=0.5)
+    assert abs(exact - mc) / exact < 0.01
+    # independent of A by construction, quadratic in (1 - omega), zero for a purely positional target
+    assert abs(D.linear_baseline_error(1.0)) < 1e-15
+    assert abs(D.linear_baseline_error(0.1) / D.linear_baseline_error(0.55) - (0.9 / 0.45) ** 2) < 1e-9
+
+
+def test_test_error_theory_matches_monte_carlo():
+    q, m, th, om, sigma = 0.08, 0.1, 0.1, 0.3, 0.5
+    eg = float(D.test_error_theory(q, m, th, om, sigma, D.A_STANDARD, n_nodes=16)[0])
+    gen = torch.Generator().manual_seed(0)
+    xi = torch.randn(4, 1_000_000, generator=gen, dtype=DT)
+    c, s = th / math.sqrt(q), math.sqrt(sigma**2 - th**2 / q)
+    u1, u2 = m + math.sqrt(q) * xi[0], -m + math.sqrt(q) * xi[1]
+    h1, h2 = c * xi[0] + s * xi[2], c * xi[1] + s * xi[3]
+    su = torch.softmax(torch.stack([u1 * u1, u1 * u2], -1), -1)[:, 0]
+    sv = torch.softmax(torch.stack([u2 * u1, u2 * u2], -1), -1)[:, 1]
+    t1 = (1 - om) * torch.softmax(torch.stack([h1 * h1, h1 * h2], -1), -1)[:, 0] + om * 0.6
+    t2 = (1 - om) * torch.softmax(torch.stack([h2 * h1, h2 * h2], -1), -1)[:, 1] + om * 0.6
+    mc = float(sigma**2 * ((su - t1) ** 2 + (sv - t2) ** 2).mean())
+    assert abs(eg - mc) / eg < 0.01
+
+
+# ---------------------------------------------------------------- proximal step
+def test_prox_newton_is_stationary_and_global_on_a_grid():
+    nodes, _ = D.gauss_hermite_4d(5)
+    q, m, th, V = _t(0.06), _t(0.2), _t(0.05), _t(15.0)
+    u1, u2, h1, h2, _ = D._fields(q, m, th, 0.25, nodes)
+    t1, t2 = D._teacher_diag(h1, h2, _t(0.3)[:, None], D.A_STANDARD)
+    x1, x2, _ = D.prox_newton(u1, u2, t1, t2, V[:, None], 0.25)
+    _, (g1, g2), _ = D._loss_grad_hess(x1, x2, t1, t2, 0.25)
+    g1, g2 = g1 + (x1 - u1) / V, g2 + (x2 - u2) / V
+    assert float(torch.maximum(g1.abs(), g2.abs()).max()) < 1e-8
+    f_star = D._prox_objective(x1, x2, u1, u2, t1, t2, 1 / V, 0.25)
+    # brute force over a 121 x 121 grid of x around 0 (covers every minimiser: |x - u|^2 <= 4 V sigma^2)
+    grid = torch.linspace(-4, 4, 121, dtype=DT)
+    g1_, g2_ = torch.meshgrid(grid, grid, indexing="ij")
+    f_grid = D._prox_objective(g1_.reshape(-1, 1, 1), g2_.reshape(-1, 1, 1), u1, u2, t1, t2,
+                               1 / V, 0.25).amin(0)
+    # the grid can only be worse than the true minimum by its resolution
+    frac_worse = float((f_star > f_grid + 1e-6).double().mean())
+    assert frac_worse < 0.01
+
+
+# ---------------------------------------------------------------- symmetries of the channel
+def test_branch_subspaces_are_invariant():
+    nodes, w = D.gauss_hermite_4d(6)
+    al, om = _t(1.5), _t(0.3)
+    # m = 0: every g is odd under (xi, eta) -> -(xi, eta), so m_hat vanishes without being forced
+    h = D.channel_hats(_t(0.08), _t(0.0), _t(0.1), _t(15.0), al, om, 0.5, D.A_STANDARD, nodes, w)
+    assert abs(float(h["mh"][0])) < 1e-12 * float(h["qh"][0]) + 1e-15
+    # theta = 0: g does not change under eta -> -eta, so theta_hat vanishes
+    h = D.channel_hats(_t(0.05), _t(0.25), _t(0.0), _t(15.0), al, om, 0.5, D.A_STANDARD, nodes, w)
+    assert abs(float(h["th"][0])) < 1e-12
+    # the trivial point m = theta = 0 keeps both at zero
+    h = D.channel_hats(_t(0.05), _t(0.0), _t(0.0), _t(15.0), al, om, 0.5, D.A_STANDARD, nodes, w)
+    assert abs(float(h["mh"][0])) < 1e-13 and abs(float(h["th"][0])) < 1e-13
+    # and a generic point has both non-zero (so the checks above can fail)
+    h = D.channel_hats(_t(0.08), _t(0.2), _t(0.1), _t(15.0), al, om, 0.5, D.A_STANDARD, nodes, w)
+    assert abs(float(h["mh"][0])) > 1e-4 and abs(float(h["th"][0])) > 1e-4
+
+
+def test_sign_symmetries_of_the_channel():
+    nodes, w = D.gauss_hermite_4d(6)
+    al, om = _t(1.0, 1.0, 1.0), _t(0.3, 0.3, 0.3)
+    q, V = _t(0.08, 0.08, 0.08), _t(15.0, 15.0, 15.0)
+    m, th = _t(0.2, -0.2, 0.2), _t(0.1, 0.1, -0.1)
+    h = D.channel_hats(q, m, th, V, al, om, 0.5, D.A_STANDARD, nodes, w)
+    # Q -> -Q maps m -> -m (antipodal encodings): m_hat flips, the rest is unchanged
+    assert abs(float(h["mh"][0] + h["mh"][1])) < 1e-12
+    for k in ("qh", "Vh", "E_env"):
+        assert abs(float(h[k][0] - h[k][1])) < 1e-12 * abs(float(h[k][0]))
+    # Q* -> -Q* maps theta -> -theta: theta_hat flips
+    assert abs(float(h["th"][0] + h["th"][2])) < 1e-12
+    assert abs(float(h["qh"][0] - h["qh"][2])) < 1e-12 * float(h["qh"][0])
+
+
+def test_channel_quadrature_converges():
+    # semantic state (m = 0) and positional state (theta = 0) at alpha = 1.5
+    args = (_t(0.09, 0.05), _t(0.0, 0.25), _t(0.13, 0.0), _t(16.0, 14.0), _t(1.5, 1.5),
+            _t(0.3, 0.3), 0.5, D.A_STANDARD)
+    vals = {n: D.channel_hats(*args, *D.gauss_hermite_4d(n)) for n in (8, 12)}
+    rel = lambda k, i: abs(float(vals[8][k][i] / vals[12][k][i]) - 1)  # noqa: E731
+    for key in ("qh", "th", "Vh", "E_env"):
+        assert rel(key, 0) < 0.02, key
+    for key in ("qh", "E_env"):
+        assert rel(key, 1) < 0.01, key
+    # on the positional state the prox jumps between local minima as u moves, the integrands are
+    # discontinuous and m_hat, V_hat converge slowly in the number of nodes (a few per cent)
+    for key in ("mh", "Vh"):
+        assert rel(key, 1) < 0.1, key
+
+
+# ---------------------------------------------------------------- fixed points
+@pytest.fixture(scope="module")
+def omega03_points():
+    cfg = D.TheoryConfig(n_nodes=8)
+    return D.solve_fixed_points([2.0, 2.0], 0.3, ["positional", "semantic"], cfg)
+
+
+def test_eps_t_identity_at_converged_fixed_points(omega03_points):
+    fp = omega03_points
+    assert fp.converged.all()
+    assert np.all(fp.identity_gap < 1e-5 * fp.eps_t)
+    # the identity is a real check: it fails away from a fixed point
+    cfg = D.TheoryConfig(n_nodes=8, max_iter=3, anderson=0)
+    early = D.solve_fixed_points(2.0, 0.3, "semantic", cfg)
+    assert not early.converged[0]
+    assert early.identity_gap[0] > 1e-4 * early.eps_t[0]
+
+
+def test_fixed_point_families(omega03_points):
+    fp = omega03_points
+    pos, sem = fp.branch.index("positional"), fp.branch.index("semantic")
+    assert fp.theta[pos] == 0 and fp.m[sem] == 0
+    assert 0.2 < fp.m[pos] < 0.3 and fp.theta[sem] > 0.05
+    # alpha = 2 (above alpha_c): the semantic fixed point has the lower training loss and test error
+    assert fp.eps_t[sem] < fp.eps_t[pos] and fp.eps_g[sem] < fp.eps_g[pos]
+    # and it beats the linear positional baseline
+    assert fp.eps_g[sem] < D.linear_baseline_error(0.3)
+
+
+@pytest.mark.slow
+def test_trivial_branch(omega03_points):
+    fp = omega03_points
+    pos = fp.branch.index("positional")
+    # trivial branch: m = theta = 0 and a higher training loss than both
+    triv = D.solve_fixed_points(2.0, 0.3, "trivial", D.TheoryConfig(n_nodes=8))
+    assert triv.m[0] == 0 and triv.theta[0] == 0 and triv.eps_t[0] > fp.eps_t[pos]
+
+
+def test_solver_matches_reference_tables(omega03_points):
+    # semantic branch at alpha = 2, omega = 0.3 from the authors' tabulated theory (coarser
+    # 144-node cubature: agreement to a few per cent is what the quadrature allows)
+    fp = omega03_points
+    sem = fp.branch.index("semantic")
+    assert abs(fp.theta[sem] / 0.15856 - 1) < 0.03
+    assert abs(fp.q[sem] / 0.11415 - 1) < 0.03
+    assert abs(fp.eps_t[sem] / 0.0035994 - 1) < 0.01
+
+
+@pytest.mark.slow
+def test_plain_damping_and_anderson_agree():
+    a = D.solve_fixed_points(1.5, 0.3, "semantic", D.TheoryConfig(n_nodes=6, anderson=0))
+    b = D.solve_fixed_points(1.5, 0.3, "semantic", D.TheoryConfig(n_nodes=6, anderson=5))
+    assert a.converged[0] and b.converged[0] and b.n_iter[0] < a.n_iter[0]
+    assert abs(a.theta[0] - b.theta[0]) < 1e-4 and abs(a.eps_t[0] - b.eps_t[0]) < 1e-7
+
+
+def test_find_crossing_locates_sign_change():
+    root = D.find_crossing(np.array([0.0, 1.0, 2.0, 3.0]), np.array([1.0, 0.5, -0.5, -1.5]))
+    assert abs(root - 1.5) < 1e-12
+    assert math.isnan(D.find_crossing(np.array([0.0, 1.0]), np.array([1.0, 2.0])))
+
+
+# ---------------------------------------------------------------- simulation
+def test_gram_loss_equals_direct_loss():
+    gen = torch.Generator().manual_seed(1)
+    d, n = 17, 9
+    Z, X, Qs = D.draw_problem(n, d, 2, 0.5, gen, "cpu")
+    assert torch.allclose((Qs * Qs).sum(1), torch.full((2,), float(d), dtype=DT))
+    om = _t(0.2, 0.7)
+    G, K, Zg, T = D._grams(Z, X, Qs, om, D.A_STANDARD, d)
+    Q = torch.randn(2, 2, 3, d, 2, generator=gen, dtype=DT)
+    fast = D._attention_loss_terms(Q, X, G, K, Zg, T, d)
+    # direct: f = softmax(X Q Q^T X^T/d) X, y = T Z
+    h = torch.einsum("snld,swidr->swinlr", X, Q) / math.sqrt(d)
+    S = torch.softmax(h @ h.transpose(-1, -2), -1)
+    f = S @ X[:, None, None]
+    y = T[:, :, None] @ Z[:, None, None]
+    direct = ((y - f) ** 2).sum((-1, -2)) / (2 * d)
+    assert torch.allclose(fast, direct, rtol=1e-10, atol=1e-13)
+
+
+def test_linear_baseline_fit_matches_closed_form():
+    cfg = D.SimConfig(d=60, n_seeds=2, steps=1, n_test=20_000)
+    rows = D.train_attention(60.0, [0.3], cfg, inits=("semantic",), seed=3)
+    fit = np.mean([r["eps_g_lin"] for r in rows])
+    exact = D.linear_baseline_error(0.3)
+    assert abs(fit / exact - 1) < 0.06
+
+
+def test_gd_reaches_the_branches_at_small_size():
+    cfg = D.SimConfig(d=40, n_seeds=2, steps=500, n_test=1000)
+    rows = D.train_attention([2.0], [0.3], cfg, seed=0)
+    sem = [r for r in rows if r["init"] == "semantic"]
+    pos = [r for r in rows if r["init"] == "positional"]
+    assert all(r["m_over_s2"] > 0.6 and r["theta_over_s2"] < 0.3 for r in pos)
+    assert all(r["theta_over_s2"] > 0.4 and r["m_over_s2"] < 0.3 for r in sem)
+    assert all(np.isfinite(r["eps_t"]) and r["eps_t"] > 0 for r in rows)
+
+
+def test_bad_parameters_raise():
+    with pytest.raises(ParameterError):
+        D.solve_fixed_points(1.0, 0.3, "mixed")
+    with pytest.raises(ParameterError):
+        D.solve_fixed_points(-1.0, 0.3, "semantic")
+    with pytest.raises(ParameterError):
+        D.TheoryConfig(n_nodes=1)
+    with pytest.raises(ParameterError):
+        D.SimConfig(d=0)
+    with pytest.raises(ParameterError):
+        D.SimConfig(optimizer="sgd")
