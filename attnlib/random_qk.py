@@ -723,3 +723,99 @@ def kernel_mc_point(*, d, N, sequences, heads, repeats, seed, device="cpu"):
         rows.append({"heads": int(M), "rms_rel_err": math.sqrt(sum(errs) / repeats),
                      "theory": math.sqrt(v1 / M)})
     return rows
+
+
+# --------------------------------------------------------------------------------------
+# spectral theory of the learning curves
+# --------------------------------------------------------------------------------------
+
+
+def _sphere_coordinate_rule(d, nodes):
+    """Gauss rule for :math:`\\mathbb E g(t)`, :math:`t` one coordinate of a uniform point of
+    :math:`\\mathbb S^{d-1}` (density :math:`\\propto (1-t^2)^{(d-3)/2}`)."""
+    from scipy.special import roots_jacobi
+
+    a = (d - 3) / 2
+    t, w = roots_jacobi(nodes, a, a)
+    return t, w / w.sum()
+
+
+def rfa_pair_spectrum(d, lmax, *, nodes=200):
+    r"""Eigenvalues :math:`\lambda_{l,l'}` of the RFA pair kernel on the product of two spheres.
+
+    :math:`k(u, w) = (1+w)\,\kappa_1\big((1+u)(1+w)/4\big)` with :math:`u = \langle x_0, x_0'\rangle`,
+    :math:`w = \langle x, x'\rangle`; by Funk-Hecke in each factor
+    :math:`\lambda_{l,l'} = \mathbb E[k(u,w)\,Q_l(u)\,Q_{l'}(w)]` (independent :math:`u, w`), with
+    multiplicity :math:`\dim_{d,l}\dim_{d,l'}`. Returns a ``(lmax + 1, lmax + 1)`` array.
+    """
+    t, w = _sphere_coordinate_rule(d, nodes)
+    tt = torch.tensor(t, dtype=torch.float64)
+    U, Wv = torch.meshgrid(tt, tt, indexing="ij")
+    k = ((1 + Wv) * kappa1((1 + U) * (1 + Wv) / 4)).numpy()
+    Q = np.stack([gegenbauer(q, tt, d).numpy() for q in range(lmax + 1)])  # (l, nodes)
+    return (Q * w) @ k @ (Q * w).T
+
+
+def set_kernel_spectrum(d, N, lmax, *, nodes=200):
+    r"""Spectrum of the infinite-head RFA kernel (Chapter 1, eq. ``ch1-kernel``) for ``N`` keys.
+
+    Query-only blocks :math:`(l, 0)` keep the eigenvalue :math:`\lambda_{l,0}`; blocks with
+    :math:`l' \ge 1` are divided by :math:`N` (mean embedding; exercise ``ex-ch1-meanembed``).
+    Returns ``(eig, mult, trace)``: arrays over the blocks :math:`(l, l')`, ``l, l' <= lmax``,
+    and the total trace :math:`\mathbb E K(x, x)` (for the eigenvalues beyond ``lmax``).
+    """
+    lam = rfa_pair_spectrum(d, lmax, nodes=nodes)
+    eig = lam.copy()
+    eig[:, 1:] /= N
+    dims = np.array([harmonic_dim(d, q) for q in range(lmax + 1)], dtype=float)
+    mult = dims[:, None] * dims[None, :]
+    t, w = _sphere_coordinate_rule(d, nodes)
+    tt = torch.tensor(t, dtype=torch.float64)
+    diag_pair = float(np.sum(w * ((1 + tt) * kappa1((1 + tt) / 2)).numpy()))  # i != j terms
+    trace = (1 - 1 / N) * diag_pair + 1 / N * float(2 * kappa1(torch.tensor(1.0)))
+    return eig, mult, trace
+
+
+def eigenlearning_risk(eig, mult, target_var, n, ridge, trace=None):
+    r"""Predicted relative test risk of kernel ridge regression (noise-free labels).
+
+    The omniscient-risk estimate of the "eigenlearning" theory: the effective regularisation
+    :math:`\kappa` solves :math:`\sum_i m_i\frac{\lambda_i}{\lambda_i+\kappa} + \frac{t}{\kappa}
+    + \frac{\delta}{\kappa} = n` with :math:`\delta = \lambda n` (ridge of eq. ``ch1-ridge``) and
+    :math:`t` the trace not covered by the listed eigenvalues; the risk is
+    :math:`\frac{n}{n - \sum_i m_i L_i^2}\sum_i (1 - L_i)^2 v_i / \sum_i v_i`,
+    :math:`L_i = \lambda_i/(\lambda_i + \kappa)`, with ``target_var`` :math:`v_i` the target's
+    variance in block ``i``. Arrays ``eig``, ``mult``, ``target_var`` have a common shape.
+    """
+    eig, mult, tv = (np.asarray(a, dtype=float).ravel() for a in (eig, mult, target_var))
+    tail = 0.0 if trace is None else max(trace - float(np.sum(eig * mult)), 0.0)
+    delta = ridge * n
+
+    def lhs(kappa):
+        return np.sum(mult * eig / (eig + kappa)) + (tail + delta) / kappa - n
+
+    lo, hi = 1e-300, 1e300
+    for _ in range(400):  # bisection in log space; lhs is decreasing in kappa
+        mid = math.sqrt(lo * hi)
+        if lhs(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    kappa = math.sqrt(lo * hi)
+    L = eig / (eig + kappa)
+    e0 = n / max(n - float(np.sum(mult * L**2)), 1e-300)
+    return e0 * float(np.sum((1 - L) ** 2 * tv)) / float(np.sum(tv))
+
+
+def dot_kernel_spectrum(L, qmax, *, nodes=400):
+    r"""Eigenvalues :math:`\mu_q = \mathbb E[\kappa_1(t) Q_q(t)]` of the RFMLP kernel, treating the
+    normalised concatenation :math:`X/\|X\|` as uniform on :math:`\mathbb S^{L-1}` (an
+    approximation). Returns ``(eig, mult, trace)`` with multiplicities :math:`\dim_{L,q}`."""
+    t, w = _sphere_coordinate_rule(L, nodes)
+    tt = torch.tensor(t, dtype=torch.float64)
+    k = kappa1(tt).numpy()
+    eig = np.array([float(np.sum(w * k * gegenbauer(q, tt, L).numpy())) for q in range(qmax + 1)])
+    mult = np.array([harmonic_dim(L, q) for q in range(qmax + 1)], dtype=float)
+    return eig, mult, 0.5

@@ -285,3 +285,30 @@ def test_config_validation():
 def test_symmetric_kernel_path_equals_general_path():
     x = rq.sample_tokens(37, 3, 5, generator=gen(22))
     torch.testing.assert_close(rq.rfa_kernel(x), rq.rfa_kernel(x, x), rtol=1e-13, atol=1e-15)
+
+
+def test_pair_spectrum_reconstructs_kernel_and_trace():
+    """Addition theorem: k(u, w) = sum lambda_{l,l'} dim_l dim_l' Q_l(u) Q_l'(w); traces agree."""
+    d, lmax = 6, 14
+    lam = rq.rfa_pair_spectrum(d, lmax)
+    dims = np.array([rq.harmonic_dim(d, q) for q in range(lmax + 1)], dtype=float)
+    u = torch.tensor([0.3, -0.5, 0.1], dtype=torch.float64)
+    w = torch.tensor([-0.2, 0.4, 0.7], dtype=torch.float64)
+    Qu = np.stack([rq.gegenbauer(q, u, d).numpy() for q in range(lmax + 1)])
+    Qw = np.stack([rq.gegenbauer(q, w, d).numpy() for q in range(lmax + 1)])
+    recon = np.einsum("lm,l,m,li,mi->i", lam, dims, dims, Qu, Qw)
+    exact = ((1 + w) * rq.kappa1((1 + u) * (1 + w) / 4)).numpy()
+    np.testing.assert_allclose(recon, exact, atol=2e-3)
+    assert np.all(lam > -1e-12)  # a positive-definite kernel has non-negative eigenvalues
+    eig, mult, trace = rq.set_kernel_spectrum(d, 3, lmax)
+    assert abs(float(np.sum(eig * mult)) - trace) < 2e-3 * trace
+
+
+def test_eigenlearning_limits():
+    eig, mult = np.array([1.0, 0.01]), np.array([1.0, 50.0])
+    tv = np.array([0.0, 1.0])
+    # no data: nothing learned; many data: everything learned
+    assert rq.eigenlearning_risk(eig, mult, tv, 1e-6, 1e-9) == pytest.approx(1.0, rel=1e-3)
+    assert rq.eigenlearning_risk(eig, mult, tv, 1e6, 1e-9) < 1e-3
+    # a finite-rank kernel with n > rank interpolates exactly (ridgeless)
+    assert rq.eigenlearning_risk(eig, mult, tv, 60, 1e-12) < 1e-6
