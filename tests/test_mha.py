@@ -1,0 +1,216 @@
+"""Unit tests of attnlib.mha (chapter 02-provable-mha): closed forms, exact recoveries, invariances."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnlib as al
+from attnlib import mha
+
+DT = torch.float64
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def all_inputs(k, d):
+    """Every sequence in {-1,+1}^{k x d} (exact expectations by enumeration)."""
+    bits = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=k * d)), dtype=DT)
+    return bits.reshape(-1, k, d)
+
+
+def test_stable_softmax_large_scores_and_shift():
+    z = torch.tensor([[1000.0, 999.0, -1000.0], [1e5, 1e5, 0.0]], dtype=DT)
+    s = mha.stable_softmax(z)
+    assert torch.isfinite(s).all()
+    assert torch.allclose(s.sum(-1), torch.ones(2, dtype=DT))
+    assert torch.allclose(s[1, :2], torch.full((2,), 0.5, dtype=DT))
+    assert torch.allclose(mha.stable_softmax(z[:1] + 7.5), s[:1], atol=1e-15)
+
+
+def test_forward_matches_explicit_loop_and_head_permutation():
+    g = gen(1)
+    X = mha.boolean_inputs(7, 4, 5, g)
+    theta, w = mha.random_heads(3, 5, 2.0, g)
+    F = mha.mha_forward(X, theta, w)
+    ref = torch.zeros_like(F)
+    for i in range(3):
+        for n in range(7):
+            S = torch.softmax(X[n] @ theta[i] @ X[n].T, dim=-1)
+            ref[n] += S @ X[n] @ w[i]
+    assert torch.allclose(F, ref, atol=1e-12)
+    perm = [2, 0, 1]
+    assert torch.allclose(mha.mha_forward(X, theta[perm], w[perm]), F, atol=1e-12)
+    # leading (seed) dimensions broadcast
+    Fb = mha.mha_forward(X, torch.stack([theta, theta]), torch.stack([w, 2 * w]))
+    assert torch.allclose(Fb[1], 2 * F, atol=1e-12)
+
+
+def test_first_moment_linearisation_is_second_order_exact_enumeration():
+    """E[X^T softmax(X Theta X^T) X] (exact, 2^12 sequences) minus the first-order formula is
+    O(||Theta||^2): halving Theta divides the remainder by about 4."""
+    k, d = 3, 4
+    X = all_inputs(k, d)
+    theta = torch.randn(d, d, generator=gen(2), dtype=DT)
+    theta = theta / theta.norm()
+    rem = []
+    for s in (0.2, 0.1, 0.05):
+        S = mha.attention_weights(X, (s * theta)[None])[:, 0]
+        exact = torch.einsum("nad,nab,nbe->de", X, S, X) / X.shape[0]
+        rem.append((exact - mha.first_moment_linear(s * theta, k)).norm().item())
+    assert 3.0 < rem[0] / rem[1] < 5.0 and 3.0 < rem[1] / rem[2] < 5.0
+
+
+def test_moment_identity_monte_carlo():
+    """Monte Carlo E[X^T F(X)] agrees with sum_i M(Theta_i) W_i, M by exact enumeration."""
+    k, d = 3, 4
+    g = gen(3)
+    theta, w = mha.random_heads(2, d, 0.8, g)
+    Xall = all_inputs(k, d)
+    S = mha.attention_weights(Xall, theta)  # (n, m, k, k)
+    M = torch.einsum("nad,nmab,nbe->mde", Xall, S, Xall) / Xall.shape[0]
+    target = torch.einsum("mde,mef->df", M, w)
+    X = mha.boolean_inputs(200_000, k, d, g)
+    Y = mha.mha_forward(X, theta, w)
+    per = torch.einsum("nad,nae->nde", X, Y)
+    est, se = per.mean(0), per.std(0) / math.sqrt(X.shape[0])
+    assert torch.allclose(mha.crude_sum_estimate(X, Y), est, atol=1e-12)
+    assert ((est - target).abs() <= 5 * se + 1e-4).all()
+    # the control-variate estimator of M(Theta) agrees with enumeration too
+    mean, se2 = mha.attention_moment(X[:50_000], theta[0])
+    assert ((mean - M[0]).abs() <= 6 * se2 + 1e-3).all()
+
+
+def test_single_head_exact_recovery():
+    g = gen(4)
+    d, k = 6, 3
+    theta, w = mha.random_heads(1, d, 1.5, g)
+    X = mha.boolean_inputs(60, k, d, g)
+    Y = mha.mha_forward(X, theta, w)
+    th, wh = mha.recover_single_head(X, Y)
+    et, ew = mha.matched_errors(th, wh, theta, w)
+    assert et < 1e-8 and ew < 1e-8
+    Xt = mha.boolean_inputs(500, k, d, g)
+    assert mha.relative_test_error(Xt, th, wh, theta, w).item() < 1e-16
+
+
+def test_unmixing_with_known_projections():
+    g = gen(5)
+    d, k, m = 8, 3, 2
+    theta, w = mha.random_heads(m, d, 2.0, g)
+    X = mha.boolean_inputs(20, k, d, g)
+    X = X[torch.linalg.matrix_rank(X) == k]  # a repeated or dependent token leaves S undetermined
+    assert len(X) >= 15
+    S = mha.attention_from_outputs(X, mha.mha_forward(X, theta, w), w)
+    assert torch.allclose(S, mha.attention_weights(X, theta), atol=1e-9)
+
+
+def test_lstsq_with_true_theta_returns_true_w():
+    g = gen(6)
+    d, k, m = 6, 3, 2
+    theta, w = mha.random_heads(m, d, 3.0, g)
+    X = mha.boolean_inputs(200, k, d, g)
+    wh, res = mha.lstsq_projections(X, mha.mha_forward(X, theta, w), theta)
+    assert (wh - w).abs().max().item() < 1e-10
+    assert res.item() < 1e-20
+
+
+def test_true_heads_satisfy_every_certified_constraint():
+    g = gen(7)
+    d, k, m, eta = 8, 3, 2, 0.05
+    theta, w = mha.random_heads(m, d, 4.0, g)
+    X = mha.boolean_inputs(3000, k, d, g)
+    Y = mha.mha_forward(X, theta, w)
+    for events in (mha.oracle_events(X, theta, eta), mha.certify_events(X, Y, w.sum(0), 2e-2)[0]):
+        assert len(events) >= 5
+        A, tau = mha.constraint_matrix(X, events, eta)
+        body = mha.Body(A, tau)
+        assert body.contains(theta).all()
+        # ... hence the whole wedge {l1 T1 + l2 T2 : l >= 0, l1 + l2 >= 1}
+        for l1, l2 in [(1.0, 0.0), (0.5, 0.5), (0.2, 3.0), (4.0, 0.0)]:
+            assert body.contains(l1 * theta[0] + l2 * theta[1])
+    assert not body.contains(0.0 * theta[0])  # the margin excludes the origin
+
+
+def test_body_min_norm_point_and_extent():
+    g = gen(8)
+    d, k, m, eta = 5, 3, 2, 0.05
+    theta, _ = mha.random_heads(m, d, 4.0, g)
+    X = mha.boolean_inputs(400, k, d, g)
+    A, tau = mha.constraint_matrix(X, mha.oracle_events(X, theta, eta), eta)
+    body = mha.Body(A, tau)
+    p = body.min_norm_point()
+    assert body.slack(p.reshape(d, d)).min() > -1e-8
+    # optimality: no member of the wedge is shorter, and KKT via a reference solver
+    assert np.linalg.norm(p) <= min(theta[i].norm().item() for i in range(m)) + 1e-9
+    from scipy.optimize import LinearConstraint, minimize
+
+    ref = minimize(lambda x: x @ x, theta[0].numpy().ravel(), jac=lambda x: 2 * x,
+                   constraints=[LinearConstraint(A, tau, np.inf)], method="SLSQP",
+                   options={"maxiter": 500, "ftol": 1e-12})
+    assert abs(np.linalg.norm(p) - np.linalg.norm(ref.x)) < 1e-4
+    # the ray extent lands on the boundary
+    u = torch.randn(d * d, generator=g, dtype=DT).numpy()
+    t = body.extent(theta.mean(0).numpy(), u)
+    edge = theta.mean(0).numpy().ravel() + t * u
+    assert abs(body.slack(edge.reshape(d, d)).min()) < 1e-9
+    v = body.vertex(p, bound=50.0)
+    assert body.slack(v.reshape(d, d)).min() > -1e-7
+
+
+def test_matched_errors_is_permutation_invariant():
+    g = gen(9)
+    theta, w = mha.random_heads(3, 4, 1.0, g)
+    perm = [1, 2, 0]
+    assert mha.matched_errors(theta[perm], w[perm], theta, w) == (0.0, 0.0)
+    et, _ = mha.matched_errors(theta * 1.1, w, theta, w)
+    assert abs(et - 0.1) < 1e-12
+
+
+@pytest.mark.parametrize("r", [2, 3])
+def test_hard_family_slice_formula_and_orthogonality(r):
+    d = 7
+    theta, w, S = mha.hard_family(d, r)
+    X = all_inputs(2, d)  # 2^14 pairs: exact averages
+    F = mha.mha_forward(X, theta, w)
+    x1, z1 = X[:, 0, 0], X[:, 1, 0]
+    t = (X[:, 1, S] - X[:, 0, S]).sum(-1)
+    indep, dep = mha.hard_components(X, theta, w)
+    assert torch.allclose(indep + dep, F)
+    assert dep[x1 == z1].abs().max() < 1e-12  # S-dependent part lives on the slice z1 = -x1
+    # on that slice F_11 is proportional to the Krawtchouk target g(t)
+    g_tab = mha.krawtchouk_target(r)
+    sl = (x1 != z1) & (t != 0)
+    g_t = torch.tensor([math.copysign(1.0, v) * g_tab[abs(int(v)) // 2 - 1] for v in t[sl].tolist()],
+                       dtype=DT)
+    ratio = F[sl, 0, 0] / g_t
+    assert torch.allclose(ratio, ratio[0].expand_as(ratio), atol=1e-10)
+    assert torch.allclose(F.var(0)[:, 0], torch.ones(2, dtype=DT), atol=1e-3)  # unit variance
+    assert abs((indep * dep).sum().item()) / X.shape[0] < 1e-12  # orthogonal parts
+
+
+def test_adam_batched_over_seeds_equals_separate_runs():
+    g = gen(10)
+    d, k, m = 4, 3, 1
+    theta, w = mha.random_heads(m, d, 1.0, g)
+    X = mha.boolean_inputs(64, k, d, g)
+    Y = mha.mha_forward(X, theta, w)
+    init = (0.1 * torch.randn(2, m, d, d, generator=g, dtype=DT),
+            0.1 * torch.randn(2, m, d, d, generator=g, dtype=DT))
+    both = mha.train_adam(X, Y, m, seeds=2, steps=5, batch=16, init=init, generator=gen(11))
+    one = mha.train_adam(X, Y, m, seeds=1, steps=5, batch=16,
+                         init=(init[0][1:], init[1][1:]), generator=gen(11))
+    assert torch.allclose(both["theta"][1], one["theta"][0], atol=1e-12)
+    assert torch.allclose(both["test_error"][:, 1], one["test_error"][:, 0], atol=1e-12)
+
+
+def test_config_validation():
+    with pytest.raises(al.ParameterError):
+        mha.MHAConfig(d=-1)
+    with pytest.raises(al.ParameterError):
+        mha.MHAConfig(eta=0.7)
+    assert set(mha.PROFILES) == {"quick", "full"}
