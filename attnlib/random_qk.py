@@ -614,7 +614,8 @@ def _curves_from_kernel(K, y, var, n_list, n_val, lambdas, model, names):
     n_max = K.shape[1]
     rows = []
     for n in n_list:
-        preds = kernel_ridge_path(K[:n, :n], y[:n], K[n_max:, :n], lambdas)
+        mean = y[:n].mean(dim=0)  # unpenalised intercept: fit the centred labels
+        preds = kernel_ridge_path(K[:n, :n], y[:n] - mean, K[n_max:, :n], lambdas) + mean
         risk, best = validated_risk(preds, y[n_max:n_max + n_val], y[n_max + n_val:], var, n_val)
         for t, name in enumerate(names):
             rows.append({"model": model, "target": name, "n": int(n), "risk": float(risk[t]),
@@ -638,6 +639,8 @@ def kernel_curves_point(*, d, N, n_list, n_val, n_test, seed, lambdas,
 
     Returns rows ``{model, target, n, risk, lam}``; ``risk`` is the relative excess risk on
     ``n_test`` fresh sequences with :math:`\lambda` chosen on ``n_val`` validation sequences.
+    The labels are centred on their training mean before the ridge fit (an unpenalised
+    intercept), in this and the other ``*_point`` functions.
     """
     n_max = max(n_list)
     x, y, var, _ = _data(d, N, n_max, n_val, n_test, seed, targets, device)
