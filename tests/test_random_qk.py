@@ -312,3 +312,28 @@ def test_eigenlearning_limits():
     assert rq.eigenlearning_risk(eig, mult, tv, 1e6, 1e-9) < 1e-3
     # a finite-rank kernel with n > rank interpolates exactly (ridgeless)
     assert rq.eigenlearning_risk(eig, mult, tv, 60, 1e-12) < 1e-6
+
+
+def test_point_functions_run_at_tiny_size_and_match_eigenlearning():
+    """Every sweep-point function runs; the RFA learning curve follows the spectral theory."""
+    lam = list(rq.PROFILES["quick"].lambdas)
+    d, N, n_list = 5, 3, [40, 80, 160, 320]
+    rows = rq.kernel_curves_point(d=d, N=N, n_list=n_list, n_val=150, n_test=300, seed=3,
+                                  lambdas=lam)
+    eig, mult, tr = rq.set_kernel_spectrum(d, N, 8)
+    tv = np.zeros_like(eig)
+    tv[1, 1] = 1.0
+    for r in rows:
+        if r["model"] == "RFA" and r["target"] == "bilinear":
+            th = min(rq.eigenlearning_risk(eig, mult, tv, r["n"], lm, tr) for lm in lam)
+            assert 1 / 3 < r["risk"] / th < 3, (r, th)
+    hs = rq.heads_sweep_point(d=d, N=N, n_list=[60], n_val=30, n_test=30, seed=0, lambdas=lam,
+                              heads_list=[4, 8])
+    assert [r["heads"] for r in hs] == [4, 8]
+    hc = rq.heads_curves_point(d=d, N=N, n_list=[30, 60], n_val=30, n_test=30, seed=0,
+                               lambdas=lam, heads=8, biases=[0.0, 1.0], targets=("geg2",))
+    assert len(hc) == 4 and all(np.isfinite(r["risk"]) for r in hc)
+    mc = rq.kernel_mc_point(d=d, N=N, sequences=3, heads=[10, 100], repeats=3, seed=0)
+    assert mc[0]["rms_rel_err"] > mc[1]["rms_rel_err"]
+    full = rq.PROFILES["full"]
+    assert full.N in full.N_list and full.bias in full.bias_list and full.d > rq.PROFILES["quick"].d
