@@ -75,15 +75,19 @@ class MHAConfig:
     k: int = 3  # tokens per sequence of the recovery experiments
     theta_norm: float = 4.0  # ||Theta_i||_F of the recovery instances (large-margin regime)
     eta: float = 0.05  # certified events: every head puts mass >= 1 - eta on one token
-    n_examples: tuple = (250, 500, 1000, 2000)  # numbers of examples of the recovery curves
+    n_examples: tuple = (250, 1000, 4000)  # numbers of examples of the recovery curves
     n_instances: int = 2  # random instances per point of the recovery curves
+    body_d: int = 6  # token dimension of the sculpting figure (k = 3, m = 2)
+    body_examples: tuple = (250, 1000, 4000, 16000)  # examples of the sculpting figure
     n_test: int = 2000  # fresh examples for test errors
-    grid: int = 7  # points per axis of the enumeration net over m x m coefficients
+    grid: int = 5  # points per axis of the enumeration net over m x m coefficients
     moment_samples: int = 20_000  # Monte Carlo samples per first-moment point
     regime_samples: int = 1_000  # sequences per point of the regime figure
-    adam_steps: int = 2_000  # Adam steps of the baseline
+    regime_k: int = 32  # tokens of the regime figure
+    regime_d: int = 24  # token dimension of the regime figure
+    adam_steps: int = 1_000  # Adam steps of the baseline
     adam_seeds: int = 4  # seeds (initialisations) batched together
-    adam_train: int = 8_000  # training examples of the baseline
+    adam_train: int = 4_000  # training examples of the baseline
     hard_dims: tuple = (6, 12)  # token dimensions of the hard family
     hard_heads: tuple = (1, 3)  # heads r of the hard family
 
@@ -97,6 +101,11 @@ class MHAConfig:
         for name in ("n_instances", "n_test", "grid", "moment_samples", "regime_samples",
                      "adam_steps", "adam_seeds", "adam_train"):
             check_int(name, getattr(self, name), minimum=1)
+        for n in self.body_examples:
+            check_int("body_examples", n, minimum=1)
+        check_int("body_d", self.body_d, minimum=3)
+        check_int("regime_k", self.regime_k, minimum=2)
+        check_int("regime_d", self.regime_d, minimum=2)
         for dim in self.hard_dims:
             check_int("hard_dims", dim, minimum=3)
         for r in self.hard_heads:
@@ -106,9 +115,10 @@ class MHAConfig:
 PROFILES = {
     "quick": MHAConfig(),
     "full": MHAConfig(
-        d=10, k=4, n_examples=(500, 1000, 2000, 4000, 8000, 16000), n_instances=8, n_test=20_000,
-        grid=11, moment_samples=400_000, regime_samples=20_000, adam_steps=6_000,
-        adam_seeds=32, adam_train=50_000, hard_dims=(6, 12, 24, 48), hard_heads=(1, 2, 3),
+        d=10, k=4, n_examples=(500, 2000, 8000, 32000), n_instances=8, n_test=20_000,
+        body_examples=(250, 1000, 4000, 16000, 64000), grid=9, moment_samples=400_000,
+        regime_samples=20_000, adam_steps=6_000, adam_seeds=32, adam_train=50_000,
+        hard_dims=(6, 12, 24, 48), hard_heads=(1, 2, 3),
     ),
 }
 
