@@ -564,7 +564,7 @@ def lstsq_projections(X, Y, theta, ridge: float = 0.0):
 
 
 def enumerate_heads(X, Y, basis, center, width: float, grid: int, zooms: int = 0,
-                    chunk: int = 2048):
+                    chunk: int = 2048, keep: int = 4):
     """Phase 5 net: try ``Theta_i = sum_j C_ij B_j`` for ``C`` on a grid, regress the ``W``'s.
 
     Parameters
@@ -572,8 +572,10 @@ def enumerate_heads(X, Y, basis, center, width: float, grid: int, zooms: int = 0
     basis : ``(m, d, d)`` spanning the heads; center : ``(m, m)`` coefficients at the middle of the
     net; width : half-width of the net per coefficient; grid : points per coefficient axis.
 
-    Returns ``(theta, w, residual, n_candidates, seconds)`` of the best candidate. The net has
-    ``grid ** (m*m)`` points: this is the step whose cost grows like ``G^{m^2}``.
+    Returns ``(theta, w, residual, n_candidates, seconds, runners_up)``: the best candidate, its
+    projections and relative residual, the number of candidates tried, the time taken and the
+    ``keep`` next-best candidates of the coarse net ``(keep, m, d, d)`` (starting points for local
+    search). The net has ``grid ** (m*m)`` points: the step whose cost grows like ``G^{m^2}``.
     """
     X, Y = _t(X), _t(Y)
     basis = _t(basis, X.device)
@@ -582,7 +584,8 @@ def enumerate_heads(X, Y, basis, center, width: float, grid: int, zooms: int = 0
     t0 = time.perf_counter()
     best = (math.inf, None, center)
     count = 0
-    for _ in range(zooms + 1):
+    coarse = []
+    for round_ in range(zooms + 1):
         axis = torch.linspace(-width, width, grid, dtype=DTYPE, device=X.device)
         mesh = torch.cartesian_prod(*([axis] * (m * m))).reshape(-1, m, m) + best[2]
         count += mesh.shape[0]
@@ -590,13 +593,18 @@ def enumerate_heads(X, Y, basis, center, width: float, grid: int, zooms: int = 0
             C = mesh[start:start + chunk]
             th = torch.einsum("cij,jde->cide", C, basis)
             _, res = lstsq_projections(X, Y, th, ridge=1e-10)
+            if round_ == 0:
+                coarse.append(res)
             j = int(res.argmin())
             if float(res[j]) < best[0]:
                 best = (float(res[j]), th[j], C[j])
+        if round_ == 0:
+            order = torch.cat(coarse).argsort()[1: keep + 1]
+            runners_up = torch.einsum("cij,jde->cide", mesh[order], basis)
         width = width * 2.0 / max(grid - 1, 1)
     seconds = time.perf_counter() - t0
     w, res = lstsq_projections(X, Y, best[1])
-    return best[1], w, float(res), count, seconds
+    return best[1], w, float(res), count, seconds, runners_up
 
 
 def polish_heads(X, Y, theta0, iterations: int = 200):
@@ -638,16 +646,17 @@ def _kmeans_directions(V: np.ndarray, m: int, seed: int = 0) -> np.ndarray:
 
 
 def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: int = 8,
-                  polish_iterations: int = 100, seed: int = 0, w_sum=None,
+                  polish_iterations: int = 300, seed: int = 0, w_sum=None,
                   cert_tol: float = 2e-2, zooms: int = 1, net_examples: int = 100,
-                  polish_examples: int = 1000):
+                  polish_examples: int = 1000, restarts: int = 2):
     """The whole (simplified, reconstructed) pipeline of chapter 2 on examples ``(X, Y)``.
 
     1. crude ``sum W_i`` (first moment); 2. refined ``sum W_i`` from rows that copy one token;
     3. certified events and the body ``K``; its minimum-norm point; 4. vertices of ``K`` by LPs
     with objectives near the minimum-norm point, clustered into ``m`` head estimates spanning the
     heads; 5. a net of ``grid^(m^2)`` coefficient matrices in that span with least squares for the
-    ``W_i``, the best one polished by variable projection.
+    ``W_i``, the best one polished by variable projection (and, if that does not fit the data to
+    round-off, up to ``restarts`` runners-up of the net as further starting points).
 
     ``w_sum`` replaces steps 1-2 by a given sum (oracle control). Returns a dict with the heads
     (``theta``, ``w``) and diagnostics of every phase.
@@ -681,13 +690,22 @@ def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: 
     center = (heads0 @ q)  # (m, m) coefficients of the head estimates
     width = 0.5 * float(np.abs(center).max())
     sub = slice(0, min(n, net_examples))  # the net is scored on a subsample
-    theta_net, _, res_net, ncand, secs = enumerate_heads(X[sub], Y[sub], basis, center, width,
-                                                         grid, zooms=zooms)
+    theta_net, _, res_net, ncand, secs, others = enumerate_heads(
+        X[sub], Y[sub], basis, center, width, grid, zooms=zooms, keep=restarts)
     out.update(net_residual=res_net, n_candidates=ncand, enumeration_seconds=secs,
                theta_vertices=torch.as_tensor(heads0.reshape(m, d, d)), theta_net=theta_net)
     fit = slice(0, min(n, polish_examples))  # noise-free: a subsample determines the layer
-    theta, w = polish_heads(X[fit], Y[fit], theta_net, iterations=polish_iterations)
-    out["theta"], out["w"] = theta, w
+    best = (math.inf, None, None)
+    out["polish_starts"] = 0
+    for start in [theta_net, *others]:  # local search from the best net points
+        theta, w = polish_heads(X[fit], Y[fit], start, iterations=polish_iterations)
+        _, res = lstsq_projections(X[fit], Y[fit], theta)
+        out["polish_starts"] += 1
+        if float(res) < best[0]:
+            best = (float(res), theta, w)
+        if best[0] < 1e-16:
+            break
+    out["theta"], out["w"] = best[1], best[2]
     return out
 
 
