@@ -1046,6 +1046,23 @@ class PathPosterior:
         Us = path_overlap(self.unflatten(z))
         return torch.stack([predict(U, self.xt, self.Y, xt_test, self.T)[0] for U in Us])
 
+    def predictive_moments(self, samples: torch.Tensor, xi_test: torch.Tensor):
+        """Posterior-predictive mean and variance of ``f(x*)`` from the samples, (P_test,) each.
+
+        Full sampler: moments of the sampled outputs. Collapsed sampler: law of total variance,
+        ``Var f = E[Var(f | U)] + Var(E[f | U])`` with the exact conditional GP moments.
+        """
+        z = samples.reshape(-1, samples.shape[-1])
+        if not self.collapsed:
+            f = path_forward(xi_test.to(DTYPE), self.unflatten(z))
+            return f.mean(0), f.var(0)
+        xt_test = scaled_features(xi_test.to(DTYPE), self.variances[0])
+        Us = path_overlap(self.unflatten(z))
+        mv = [predict(U, self.xt, self.Y, xt_test, self.T) for U in Us]
+        means = torch.stack([m for m, _ in mv])
+        var = torch.stack([v for _, v in mv]).mean(0) + means.var(0)
+        return means.mean(0), var
+
     def overlaps(self, samples: torch.Tensor) -> torch.Tensor:
         """Posterior mean of ``U_{pi pi'} = w_pi . w_pi' / N_1`` over all samples."""
         return self.sample_overlaps(samples).mean(0)

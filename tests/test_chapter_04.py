@@ -44,3 +44,9 @@ def test_theory_matches_sampling(s):
 
 def test_pruning_correlation_is_a_correlation(s):
     assert -1.0 <= s["pruning_rank_corr"] <= 1.0
+
+
+def test_sampling_variance_and_diagnostics(s):
+    assert s["sampling_vs_theory_var_corr"] > 0.9
+    assert s["sampling_vs_theory_var_rel_diff"] < 0.2
+    assert s["sampling_rhat_max"] < 1.1

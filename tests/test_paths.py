@@ -350,3 +350,17 @@ def test_full_weight_hmc_agrees_with_collapsed():
         res = ap.hmc(post.log_prob, post.init(4, g), 300, 300, 25, generator=g, stat_fn=post.statistics)
         means.append(post.predictions(res.samples[::5], xi_te).mean(0))
     assert float(np.corrcoef(means[0].numpy(), means[1].numpy())[0, 1]) > 0.95
+
+
+def test_predictive_moments_total_variance(small_task):
+    t = small_task
+    post = ap.PathPosterior(t["xi_tr"], t["y_tr"], [2, 2], [6, 6, 6], 0.05, collapsed=True)
+    z = post.init(3, gen(20))[None]  # three "samples" (1, chains, dim)
+    m, v = post.predictive_moments(z, t["xi_te"][:10])
+    per = [
+        ap.predict(U, post.xt, t["y_tr"], ap.scaled_features(t["xi_te"][:10]), 0.05)
+        for U in post.sample_overlaps(z)
+    ]
+    means = torch.stack([a for a, _ in per])
+    torch.testing.assert_close(m, means.mean(0))
+    torch.testing.assert_close(v, torch.stack([b for _, b in per]).mean(0) + means.var(0))
