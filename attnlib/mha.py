@@ -285,7 +285,7 @@ def theta_from_attention(X, S, min_weight: float = 1e-7) -> torch.Tensor:
     n, k, d = X.shape
     c = S.argmax(-1)  # (n, k) reference key of every row
     s_ref = S.gather(-1, c[..., None])  # (n, k, 1)
-    x_ref = X[torch.arange(n)[:, None], c]  # (n, k, d)
+    x_ref = X[torch.arange(n, device=X.device)[:, None], c]  # (n, k, d)
     keep = (S >= min_weight) & (torch.arange(k, device=X.device) != c[..., None])
     lhs = torch.log(S.clamp_min(1e-300)) - torch.log(s_ref)  # (n, a, b)
     feats = torch.einsum("nad,nabe->nabde", X, X[:, None, :, :] - x_ref[:, :, None, :])

@@ -214,3 +214,14 @@ def test_config_validation():
     with pytest.raises(al.ParameterError):
         mha.MHAConfig(eta=0.7)
     assert set(mha.PROFILES) == {"quick", "full"}
+
+
+def test_pipeline_recovers_one_head_exactly():
+    g = gen(12)
+    d, k = 6, 3
+    theta, w = mha.random_heads(1, d, 4.0, g)
+    X = mha.boolean_inputs(400, k, d, g)
+    out = mha.recover_heads(X, mha.mha_forward(X, theta, w), 1, w_sum=w.sum(0), grid=5)
+    assert (out["body"].slack(theta) >= -1e-9).all()  # certified constraints hold at the truth
+    Xt = mha.boolean_inputs(500, k, d, g)
+    assert mha.relative_test_error(Xt, out["theta"], out["w"], theta, w).item() < 1e-12
