@@ -297,7 +297,8 @@ def rfa_kernel(xa, xb=None, *, a=1.0, tau=0.5):
     B = A if sym else _rfa_parts(xb, a)
     Na, Nb = A[1].shape[1], B[1].shape[1]
     out = torch.empty(xa.shape[0], xb.shape[0], dtype=xa.dtype, device=xa.device)
-    starts, step = _chunks(xa.shape[0], xb.shape[0] * Na * Nb)
+    budget = 4_000_000 if xa.device.type == "cpu" else 100_000_000  # elements per temporary
+    starts, step = _chunks(xa.shape[0], xb.shape[0] * Na * Nb, budget)
     for s in starts:
         e = s + step
         rows = tuple(t[s:e] for t in A)
