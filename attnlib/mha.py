@@ -384,29 +384,38 @@ def token_regression_sum(X, Y) -> torch.Tensor:
     return C[:d] + (k - 1) * C[d:]
 
 
-def refine_sum_estimate(X, Y, w0, schedule=(0.1, 0.05, 0.02, 0.01), rounds: int = 10):
+def refine_sum_estimate(X, Y, starts, schedule=(0.1, 0.05, 0.02, 0.01), rounds: int = 10,
+                        tol: float = 1e-2):
     """Phase 3 (book's version): refine ``sum_i W_i`` from rows that copy one token.
 
     A row in which every head attends (almost) only to key ``b`` satisfies ``y_a = W^T x_b`` with
-    ``W = sum_i W_i``, i.e. ``x_b = V^T y_a`` with ``V = W^{-1}``. Starting from ``w0`` (e.g.
-    :func:`crude_sum_estimate`), each round maps every output row back to token space, assigns it
-    its nearest key, keeps the fraction ``keep`` of rows with the smallest residual
-    ``||V^T y_a - x_b||`` and refits ``V`` on them by least squares (trimmed least squares in token
-    space, which cannot collapse to ``W = 0``); the kept fraction shrinks along ``schedule`` so that
-    the last fits use only near-exact copies. Returns the refined ``(d, d)`` estimate of ``W``.
+    ``W = sum_i W_i``. From each starting estimate in ``starts`` (e.g. :func:`crude_sum_estimate`
+    and :func:`token_regression_sum`), every round assigns each row its best-fitting key, keeps the
+    fraction ``keep`` of rows with the smallest residual ``||y_a - W^T x_b||`` and refits ``W`` on
+    them by least squares (trimmed least squares); the kept fraction shrinks along ``schedule``.
+    Of the refined estimates, the one under which most rows are copies within ``tol`` (see
+    :func:`certify_events`) is returned, ``(d, d)``. A heuristic: it can stall far from the truth.
     """
     X, Y = _t(X), _t(Y)
     n, k, d = X.shape
-    V = torch.linalg.pinv(_t(w0, X.device))
     Yf = Y.reshape(n * k, d)
-    for keep in schedule:
-        for _ in range(rounds):
-            U = Y @ V  # rows V^T y_a
-            dist = ((U[:, :, None, :] - X[:, None, :, :]) ** 2).sum(-1)  # (n, a, b)
-            resid, b = dist.flatten(0, 1).min(-1)
-            sel = resid.argsort()[: max(2 * d, int(keep * resid.numel()))]
-            V = torch.linalg.lstsq(Yf[sel], X[sel // k, b[sel]]).solution
-    return torch.linalg.pinv(V)
+    best = (-1, None)
+    for w0 in starts:
+        w = _t(w0, X.device)
+        for keep in schedule:
+            for _ in range(rounds):
+                pred = torch.einsum("nbd,de->nbe", X, w)  # W^T x_b for every key
+                dist = ((Y[:, :, None, :] - pred[:, None, :, :]) ** 2).sum(-1)  # (n, a, b)
+                resid, b = dist.flatten(0, 1).min(-1)
+                sel = resid.argsort()[: max(2 * d, int(keep * resid.numel()))]
+                w = torch.linalg.lstsq(X[sel // k, b[sel]], Yf[sel]).solution
+        try:
+            copies = int((certify_events(X, Y, w, tol)[1] <= tol).sum())
+        except RuntimeError:  # singular estimate
+            copies = -1
+        if copies > best[0]:
+            best = (copies, w)
+    return best[1]
 
 
 def constraint_matrix(X, events, eta: float):
@@ -665,7 +674,10 @@ def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: 
     n, k, d = X.shape
     out = {}
     crude = crude_sum_estimate(X, Y)
-    w_hat = refine_sum_estimate(X, Y, crude) if w_sum is None else _t(w_sum, X.device)
+    if w_sum is None:
+        w_hat = refine_sum_estimate(X, Y, [crude, token_regression_sum(X, Y)])
+    else:
+        w_hat = _t(w_sum, X.device)
     out["crude_sum"], out["w_sum"] = crude, w_hat
     events, _ = certify_events(X, Y, w_hat, tol=cert_tol)
     out["events"] = events
