@@ -60,6 +60,14 @@ __all__ = [
     "draw_problem",
     "train_attention",
     "fit_linear_baseline",
+    "HistogramConfig",
+    "HistogramTransformer",
+    "histogram_data",
+    "train_histogram",
+    "stroud_secrest_12",
+    "reference_nodes",
+    "reference_channel_hats",
+    "reference_solve",
 ]
 
 A_STANDARD = ((0.6, 0.4), (0.4, 0.6))
@@ -364,10 +372,13 @@ class TheoryConfig:
     n_nodes: int = 8            # Gauss-Hermite nodes per dimension (8**4 = 4096 in 4-d)
     damping: float = 0.8        # new = (1 - damping) * update + damping * old
     tol: float = 1e-7           # stop when max |change| of (q, m, theta, V/V0) < tol
-    max_iter: int = 2000        # cap (the semantic branch at alpha < 0.1 converges slowly)
+    max_iter: int = 400         # cap (the semantic branch at alpha < 0.1 converges slowly)
+    tol_stall: float = 1e-5     # after anderson_patience iterations, stop points whose change is
+                                # below this (the quadrature map is only piecewise smooth)
     n_nodes_eg: int = 20        # nodes per dimension for the test error (no prox, cheap)
     prox_start: str = "zero"    # "zero": Newton starts at x = 0 (reference); "warm": previous x*
     anderson: int = 5           # Anderson mixing memory on top of damping (0 = plain damping)
+    anderson_patience: int = 100  # after this many iterations fall back to plain damping
 
     def __post_init__(self):
         check_float("sigma", self.sigma, minimum=0.0, strict=True)
@@ -379,6 +390,7 @@ class TheoryConfig:
         check_int("n_nodes_eg", self.n_nodes_eg, minimum=2)
         check_choice("prox_start", self.prox_start, ("warm", "zero"))
         check_int("anderson", self.anderson, minimum=0)
+        check_float("tol_stall", self.tol_stall, minimum=0.0)
 
 
 @dataclass
@@ -397,7 +409,9 @@ class FixedPoints:
     eps_t_direct: np.ndarray     # alpha E[ell(x*)] + lam q / (2 sigma^2): equal at a fixed point
     eps_g: np.ndarray
     n_iter: np.ndarray
-    converged: np.ndarray
+    converged: np.ndarray        # last change below config.tol
+    stalled: np.ndarray          # stopped with change below config.tol_stall (not converged)
+    residual: np.ndarray         # last change of the (scaled) overlaps
     seconds: float
     config: TheoryConfig = field(default_factory=TheoryConfig)
 
@@ -415,7 +429,8 @@ class FixedPoints:
             "q": self.q, "m": self.m, "theta": self.theta, "V": self.V,
             "m_over_s2": self.m / s2, "theta_over_s2": self.theta / s2,
             "eps_t": self.eps_t, "eps_t_direct": self.eps_t_direct, "eps_g": self.eps_g,
-            "n_iter": self.n_iter, "converged": self.converged,
+            "n_iter": self.n_iter, "converged": self.converged, "stalled": self.stalled,
+            "residual": self.residual,
         })
 
 
@@ -478,6 +493,8 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
     al, om = T(alpha), T(omega)
     n_iter = np.zeros(P, dtype=int)
     converged = np.zeros(P, dtype=bool)
+    stalled = np.zeros(P, dtype=bool)
+    last_change = np.full(P, np.inf)
     active = torch.arange(P, device=dev)
     N = weights.shape[0]
     x1 = torch.zeros(P, N, dtype=_DT, device=dev)
@@ -528,7 +545,7 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
             acc = img - (gam[:, :, None] * dS).sum(1)
             qa, Va, ta = acc[:, 0], acc[:, 2], acc[:, 3]
             ok = (qa > 0) & (Va > 0) & (ta * ta < 0.999 * qa * cfg.sigma**2) & (nh > 1)
-            ok = ok & torch.isfinite(acc).all(1) & use_acc[ix]
+            ok = ok & torch.isfinite(acc).all(1) & use_acc[ix] & (it <= cfg.anderson_patience)
             # never move further than ten undamped steps
             ok = ok & (((acc - old) / scale[ix]).abs().amax(1) <= 10 * change / (1 - d + 1e-12))
             new = torch.where(ok[:, None], acc, img)
@@ -537,6 +554,11 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
         idx = ix.cpu().numpy()
         n_iter[idx] = it
         converged[idx[done.cpu().numpy()]] = True
+        if it > cfg.anderson_patience:
+            stop = (change < cfg.tol_stall) & ~done
+            stalled[idx[stop.cpu().numpy()]] = True
+            done = done | stop
+        last_change[idx] = change.cpu().numpy()
         active = ix[~done]
         if active.numel() == 0:
             break
@@ -555,7 +577,8 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
         alpha=alpha, omega=omega, branch=branch, q=npy(q), m=np.abs(npy(m)),
         theta=np.abs(npy(theta)), V=npy(V),
         hats={k: npy(v) for k, v in hats.items()}, eps_t=npy(-phi), eps_t_direct=npy(eps_direct),
-        eps_g=npy(eg), n_iter=n_iter, converged=converged, seconds=time.perf_counter() - t0,
+        eps_g=npy(eg), n_iter=n_iter, converged=converged, stalled=stalled, residual=last_change,
+        seconds=time.perf_counter() - t0,
         config=cfg,
     )
 
@@ -793,3 +816,261 @@ def train_attention(alphas, omegas, config: SimConfig, inits=("semantic", "posit
                     "grad_norm": float(gn[s, w, i]),
                 })
     return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# the histogram (counting) task: one attention layer, positional-only vs semantic-only mechanism
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HistogramConfig:
+    """Counting task: label of token i = number of occurrences of x_i in its sequence."""
+
+    length: int = 10           # sequence length L
+    vocab: int = 15            # alphabet size
+    n_sequences: int = 20_000  # distinct sequences drawn (70 % train, 30 % validation)
+    dim: int = 64              # model width (half semantic, half positional embedding)
+    hidden: int = 128          # MLP width
+    epochs: int = 30           # Adam epochs of the constrained (frozen-mechanism) model
+    batch: int = 32            # minibatch size
+    lr: float = 1e-3           # peak Adam step size (one-cycle schedule)
+    retrain_epochs: int = 5    # SGD epochs of the unconstrained model started at each solution
+    retrain_lr: float = 1e-3   # SGD step size of that check
+
+    def __post_init__(self):
+        for name in ("length", "vocab", "n_sequences", "dim", "hidden", "epochs", "batch",
+                     "retrain_epochs"):
+            check_int(name, getattr(self, name), minimum=1 if name != "retrain_epochs" else 0)
+        if self.dim % 2:
+            raise ValueError("dim must be even (half semantic, half positional)")
+        check_float("lr", self.lr, minimum=0.0, strict=True)
+        check_float("retrain_lr", self.retrain_lr, minimum=0.0, strict=True)
+
+
+def histogram_data(config: HistogramConfig, gen: torch.Generator):
+    """Distinct uniform sequences ``(N, L)`` and their count labels ``(N, L)`` (values 1..L)."""
+    x = torch.randint(0, config.vocab, (config.n_sequences, config.length), generator=gen)
+    x = torch.unique(x, dim=0)
+    x = x[torch.randperm(x.shape[0], generator=gen)]
+    y = (x[:, :, None] == x[:, None, :]).sum(-1)
+    return x, y
+
+
+class HistogramTransformer(torch.nn.Module):
+    """Embedding [token | position] -> one softmax attention layer (no residual) -> LayerNorm -> MLP.
+
+    ``mechanism`` masks what the query and key maps read: ``"positional"`` (positional half only),
+    ``"semantic"`` (token half only) or ``"both"`` (unconstrained). The value map reads everything.
+    """
+
+    def __init__(self, config: HistogramConfig, mechanism: str = "both"):
+        super().__init__()
+        check_choice("mechanism", mechanism, ("positional", "semantic", "both"))
+        D, h = config.dim, config.dim // 2
+        self.tok = torch.nn.Embedding(config.vocab, h)
+        self.pos = torch.nn.Parameter(torch.randn(config.length, h))
+        self.q = torch.nn.Linear(D, D, bias=False)
+        self.k = torch.nn.Linear(D, D, bias=False)
+        self.v = torch.nn.Linear(D, D, bias=False)
+        self.norm = torch.nn.LayerNorm(D)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, config.hidden), torch.nn.ReLU(),
+                                       torch.nn.Linear(config.hidden, config.length + 1))
+        mask = torch.ones(D)
+        if mechanism == "positional":
+            mask[:h] = 0.0
+        elif mechanism == "semantic":
+            mask[h:] = 0.0
+        self.register_buffer("mask", mask)
+
+    def attention(self, x):
+        """Attention weights ``(N, L, L)`` of token ids ``x`` of shape ``(N, L)``."""
+        e = torch.cat([self.tok(x), self.pos.expand(x.shape[0], -1, -1)], -1)
+        em = e * self.mask
+        s = self.q(em) @ self.k(em).transpose(-1, -2) / math.sqrt(e.shape[-1])
+        return torch.softmax(s, -1), e
+
+    def forward(self, x):
+        a, e = self.attention(x)
+        return self.mlp(self.norm(a @ self.v(e)))
+
+
+def _accuracy(model, x, y, batch=4096):
+    with torch.no_grad():
+        correct = 0
+        for i in range(0, x.shape[0], batch):
+            correct += (model(x[i:i + batch]).argmax(-1) == y[i:i + batch]).sum().item()
+    return correct / y.numel()
+
+
+def _param_vector(model):
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def _param_distance(a, b, keys=None):
+    """Sum over tensors of the L2 norm of the difference (optionally only on ``keys`` entries)."""
+    return float(sum((a[k] - b[k]).norm() for k in a if keys is None or k in keys))
+
+
+def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> dict:
+    """Train the constrained model with Adam, then the unconstrained model started at its solution.
+
+    Returns validation accuracies (constrained, and after the unconstrained re-training), the
+    parameter distances init -> solution and solution -> re-trained, the attention maps of the
+    first three validation sequences and the trained model.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    torch.manual_seed(int(seed))
+    x, y = histogram_data(config, gen)
+    n_tr = int(0.7 * x.shape[0])
+    xtr, ytr, xva, yva = x[:n_tr], y[:n_tr], x[n_tr:], y[n_tr:]
+    model = HistogramTransformer(config, mechanism)
+    p0 = _param_vector(model)
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9)
+    steps = config.epochs * math.ceil(n_tr / config.batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr, total_steps=steps)
+    lossf = torch.nn.CrossEntropyLoss()
+    for _ in range(config.epochs):
+        perm = torch.randperm(n_tr, generator=gen)
+        for i in range(0, n_tr, config.batch):
+            b = perm[i:i + config.batch]
+            opt.zero_grad()
+            loss = lossf(model(xtr[b]).reshape(-1, config.length + 1), ytr[b].reshape(-1))
+            loss.backward()
+            opt.step()
+            sched.step()
+    acc = _accuracy(model, xva, yva)
+    p1 = _param_vector(model)
+    with torch.no_grad():
+        maps = model.attention(xva[:3])[0].numpy()
+    # stability: unconstrained model (both halves readable), tiny noise, plain SGD
+    free = HistogramTransformer(config, "both")
+    state = dict(model.state_dict())
+    # W_Q diag(mask) and W_K diag(mask): the same function, now with every entry trainable
+    state["q.weight"] = state["q.weight"] * model.mask
+    state["k.weight"] = state["k.weight"] * model.mask
+    state["mask"] = torch.ones(config.dim)
+    free.load_state_dict(state)
+    with torch.no_grad():
+        for p in free.parameters():
+            p.add_(1e-3 * torch.randn(p.shape, generator=gen))
+    p1n = _param_vector(free)
+    opt = torch.optim.SGD(free.parameters(), lr=config.retrain_lr)
+    for _ in range(config.retrain_epochs):
+        perm = torch.randperm(n_tr, generator=gen)
+        for i in range(0, n_tr, config.batch):
+            b = perm[i:i + config.batch]
+            opt.zero_grad()
+            loss = lossf(free(xtr[b]).reshape(-1, config.length + 1), ytr[b].reshape(-1))
+            loss.backward()
+            opt.step()
+    p2 = _param_vector(free)
+    return {
+        "mechanism": mechanism, "val_acc": acc, "val_acc_retrained": _accuracy(free, xva, yva),
+        "dist_init_to_solution": _param_distance(p0, p1),
+        "dist_solution_to_retrained": _param_distance(p1n, p2),
+        "maps": maps, "examples": xva[:3].numpy(), "model": model,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# the reference scheme (for the benchmark): 144-node cubature, per-node quasi-Newton prox
+# ----------------------------------------------------------------------------------------------
+def stroud_secrest_12() -> tuple[np.ndarray, np.ndarray]:
+    """Degree-7, 12-node cubature for E F(x), x ~ N(0, I_2) (Stroud-Secrest VI, rescaled).
+
+    For the weight exp(-|x|^2)/pi: 4 nodes (+-sqrt 3, 0), (0, +-sqrt 3) with weight 1/36 and 8 nodes
+    (+-a, +-a) with weights (5 +- 2 sqrt 5)/45 for a^2 = (9 -+ 3 sqrt 5)/8; nodes times sqrt 2 for the
+    standard normal. Returns ``nodes (12, 2)`` and ``weights (12,)``.
+    """
+    r5 = math.sqrt(5.0)
+    pts, wts = [], []
+    for x in ((math.sqrt(3), 0), (-math.sqrt(3), 0), (0, math.sqrt(3)), (0, -math.sqrt(3))):
+        pts.append(x)
+        wts.append(1 / 36)
+    for a2, w in (((9 - 3 * r5) / 8, (5 + 2 * r5) / 45), ((9 + 3 * r5) / 8, (5 - 2 * r5) / 45)):
+        a = math.sqrt(a2)
+        for s1 in (1, -1):
+            for s2 in (1, -1):
+                pts.append((s1 * a, s2 * a))
+                wts.append(w)
+    return math.sqrt(2.0) * np.array(pts), np.array(wts)
+
+
+def reference_nodes(device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference 4-d rule: the 12-node rule on (xi1, xi2) times the same on (eta1, eta2)."""
+    x, w = stroud_secrest_12()
+    nodes = np.array([[a[0], a[1], b[0], b[1]] for a in x for b in x])
+    weights = np.array([wa * wb for wa in w for wb in w])
+    return (torch.as_tensor(nodes, dtype=_DT, device=device),
+            torch.as_tensor(weights, dtype=_DT, device=device))
+
+
+def reference_channel_hats(q, m, theta, V, alpha, omega, sigma=0.5, A=A_STANDARD):
+    """Conjugates by the reference scheme: every node's prox by scipy BFGS (numerical gradient,
+    started at 0), recomputed separately inside each of the four hat averages as in the original.
+
+    Scalar inputs; returns a dict like :func:`channel_hats` (without ``x``).
+    """
+    from scipy.optimize import minimize
+
+    nodes, w = reference_nodes()
+    nodes, w = nodes.numpy(), w.numpy()
+    s2 = sigma * sigma
+    rho = s2
+    c, s = theta / math.sqrt(q), math.sqrt(max(rho - theta * theta / q, 1e-300))
+    sig = lambda z: 1.0 / (1.0 + math.exp(-z))  # noqa: E731
+
+    def g_at(node):
+        xi1, xi2, e1, e2 = node
+        u1, u2 = m + math.sqrt(q) * xi1, -m + math.sqrt(q) * xi2
+        h1, h2 = c * xi1 + s * e1, c * xi2 + s * e2
+        t1 = (1 - omega) * sig(h1 * (h1 - h2)) + omega * A[0][0]
+        t2 = (1 - omega) * sig(h2 * (h2 - h1)) + omega * A[1][1]
+
+        def f(x):
+            a = x[0] - x[1]
+            return (((x[0] - u1) ** 2 + (x[1] - u2) ** 2) / (2 * V)
+                    + s2 * ((sig(x[0] * a) - t1) ** 2 + (sig(-x[1] * a) - t2) ** 2))
+
+        res = minimize(f, np.zeros(2))
+        return (res.x[0] - u1) / V, (res.x[1] - u2) / V, res.fun
+
+    def average(fn):
+        return sum(wk * fn(node, g_at(node)) for node, wk in zip(nodes, w, strict=True))
+
+    qh = alpha * average(lambda n, g: g[0] ** 2 + g[1] ** 2)
+    mh = alpha * average(lambda n, g: g[0] - g[1])
+    th = alpha * average(lambda n, g: g[0] * n[2] + g[1] * n[3]) / s
+    Vh = -alpha * average(lambda n, g: g[0] * n[0] + g[1] * n[1]) / math.sqrt(q) + theta * th / q
+    return {"qh": qh, "mh": mh, "th": th, "Vh": Vh}
+
+
+def reference_solve(alpha, omega, branch, sigma=0.5, lam=0.01, A=A_STANDARD, damping=0.8,
+                    tol=1e-4, max_iter=300, fast_prox=False):
+    """The reference damped iteration (unrestricted, the authors' starting points, tolerance 1e-4).
+
+    ``fast_prox=False``: per-node scipy BFGS (:func:`reference_channel_hats`), minutes per point.
+    ``fast_prox=True``: the same 144-node map evaluated with the batched Newton prox, which follows
+    the same iterates (to prox tolerance) in a fraction of the time: used to count the reference
+    iterations. Returns ``(q, m, theta, V, n_iter)``.
+    """
+    init = {"positional": (0.0206838, 0.2, 14.575, 0.0),
+            "semantic": (0.906838, 0.0002, 14.575, 0.3472)}[branch]
+    q, m, V, theta = init
+    nodes, w = reference_nodes()
+    T1 = lambda v: torch.tensor([float(v)], dtype=_DT)  # noqa: E731
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        if fast_prox:
+            h = channel_hats(T1(q), T1(m), T1(theta), T1(V), T1(alpha), T1(omega), sigma, A,
+                             nodes, w)
+            h = {k: float(h[k][0]) for k in ("qh", "mh", "th", "Vh")}
+        else:
+            h = reference_channel_hats(q, m, theta, V, alpha, omega, sigma, A)
+        qn, mn, tn, Vn = prior_overlaps(h["qh"], h["mh"], h["th"], h["Vh"], lam, sigma)
+        qn, mn, tn, Vn = (damping * o + (1 - damping) * n
+                          for o, n in ((q, qn), (m, mn), (theta, tn), (V, Vn)))
+        change = max(abs(qn - q), abs(mn - m), abs(tn - theta))
+        q, m, theta, V = qn, mn, tn, Vn
+        if change < tol:
+            break
+    return q, m, theta, V, it

@@ -238,3 +238,23 @@ def test_bad_parameters_raise():
         D.SimConfig(d=0)
     with pytest.raises(ParameterError):
         D.SimConfig(optimizer="sgd")
+
+
+# ---------------------------------------------------------------- reference scheme (benchmark)
+def test_stroud_secrest_rule_is_degree_seven():
+    x, w = D.stroud_secrest_12()
+    assert abs(w.sum() - 1) < 1e-14
+    assert abs((w * x[:, 0] ** 2).sum() - 1) < 1e-12
+    assert abs((w * x[:, 1] ** 4).sum() - 3) < 1e-12
+    assert abs((w * x[:, 0] ** 6).sum() - 15) < 1e-11
+    assert abs((w * x[:, 0] ** 2 * x[:, 1] ** 2).sum() - 1) < 1e-12
+    assert abs((w * x[:, 0] ** 3 * x[:, 1]).sum()) < 1e-12
+
+
+def test_reference_bfgs_channel_matches_batched_newton_on_the_same_nodes():
+    args = (0.1147, 0.0, 0.158, 12.69, 2.0, 0.3)
+    ref = D.reference_channel_hats(*args)
+    nodes, w = D.reference_nodes()
+    ours = D.channel_hats(*(_t(v) for v in args), 0.5, D.A_STANDARD, nodes, w)
+    for k in ("qh", "th", "Vh"):
+        assert abs(float(ours[k][0]) / ref[k] - 1) < 1e-3, k
