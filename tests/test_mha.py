@@ -225,3 +225,18 @@ def test_pipeline_recovers_one_head_exactly():
     assert (out["body"].slack(theta) >= -1e-9).all()  # certified constraints hold at the truth
     Xt = mha.boolean_inputs(500, k, d, g)
     assert mha.relative_test_error(Xt, out["theta"], out["w"], theta, w).item() < 1e-12
+
+
+def test_sum_estimates_are_exact_for_uniform_attention():
+    """With Theta = 0 every row averages the tokens: both first-moment estimates of sum_i W_i are
+    unbiased, and the token regression is exact."""
+    g = gen(13)
+    d, k = 5, 4
+    _, w = mha.random_heads(2, d, 1.0, g)
+    theta = torch.zeros(2, d, d, dtype=DT)
+    X = mha.boolean_inputs(20_000, k, d, g)
+    Y = mha.mha_forward(X, theta, w)
+    assert torch.allclose(mha.token_regression_sum(X, Y), w.sum(0), atol=1e-10)
+    assert torch.allclose(mha.first_moment_linear(theta[0], k), torch.eye(d, dtype=DT))
+    err = (mha.crude_sum_estimate(X, Y) - w.sum(0)).norm() / w.sum(0).norm()
+    assert err < 0.1  # unbiased; the Monte Carlo error here is a few per cent
