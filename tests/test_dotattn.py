@@ -14,6 +14,15 @@ from attnlib._validation import ParameterError
 DT = torch.float64
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # all tensors here are small: a single thread is faster and immune to oversubscription
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _t(*vals):
     return torch.tensor(vals, dtype=DT)
 
