@@ -26,17 +26,16 @@ import torch
 from scipy.optimize import linprog
 
 from ._validation import check_float, check_int
+from .attention import softmax
 
 __all__ = [
     "MHAConfig",
     "PROFILES",
     "Body",
-    "stable_softmax",
     "attention_weights",
     "mha_forward",
     "boolean_inputs",
     "random_heads",
-    "effective_tokens",
     "first_moment_linear",
     "attention_moment",
     "crude_sum_estimate",
@@ -133,16 +132,6 @@ def _t(x, device=None) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # the layer and the data
 # --------------------------------------------------------------------------------------------
-def stable_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax along ``dim`` after subtracting the maximum, so no exponential overflows.
-
-    .. math:: \\operatorname{softmax}(z)_b = e^{z_b - \\max z} / \\sum_c e^{z_c - \\max z}.
-    """
-    z = scores - scores.amax(dim=dim, keepdim=True)
-    e = torch.exp(z)
-    return e / e.sum(dim=dim, keepdim=True)
-
-
 def attention_weights(X: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     """Attention matrices ``S_i = softmax(X Theta_i X^T)`` (row-wise).
 
@@ -157,7 +146,7 @@ def attention_weights(X: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     ``i`` gives to key ``b``.
     """
     scores = torch.einsum("nad,...mde,nbe->...nmab", X, theta, X)
-    return stable_softmax(scores, dim=-1)
+    return softmax(scores, dim=-1)
 
 
 def mha_forward(X, theta, w) -> torch.Tensor:
@@ -201,12 +190,6 @@ def random_heads(m: int, d: int, theta_norm: float, generator: torch.Generator |
     w_scale = 1.0 / math.sqrt(d) if w_scale is None else w_scale
     w = w_scale * torch.randn(m, d, d, generator=generator, device=device, dtype=DTYPE)
     return theta, w
-
-
-def effective_tokens(S: torch.Tensor) -> torch.Tensor:
-    """Effective number of attended tokens of each row, ``1 / sum_b s_ab^2`` (same shape minus
-    the last axis). It is ``k`` for uniform attention and ``1`` for one-hot attention."""
-    return 1.0 / (S**2).sum(-1)
 
 
 # --------------------------------------------------------------------------------------------

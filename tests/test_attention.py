@@ -96,3 +96,12 @@ def test_self_averaging_scale():
     T = 128
     beta = at.self_averaging_scale(T)
     assert math.exp(4 * beta**2) == pytest.approx(T)  # relative variance (e^{4b^2}-1)/T ~ 1
+
+
+def test_stable_softmax_large_scores_and_shift():
+    z = torch.tensor([[1000.0, 999.0, -1000.0], [1e5, 1e5, 0.0]], dtype=DT)
+    s = at.softmax(z)
+    assert torch.isfinite(s).all()
+    assert torch.allclose(s.sum(-1), torch.ones(2, dtype=DT))
+    assert torch.allclose(s[1, :2], torch.full((2,), 0.5, dtype=DT))
+    assert torch.allclose(at.softmax(z[:1] + 7.5), s[:1], atol=1e-15)

@@ -23,15 +23,6 @@ def all_inputs(k, d):
     return bits.reshape(-1, k, d)
 
 
-def test_stable_softmax_large_scores_and_shift():
-    z = torch.tensor([[1000.0, 999.0, -1000.0], [1e5, 1e5, 0.0]], dtype=DT)
-    s = mha.stable_softmax(z)
-    assert torch.isfinite(s).all()
-    assert torch.allclose(s.sum(-1), torch.ones(2, dtype=DT))
-    assert torch.allclose(s[1, :2], torch.full((2,), 0.5, dtype=DT))
-    assert torch.allclose(mha.stable_softmax(z[:1] + 7.5), s[:1], atol=1e-15)
-
-
 def test_forward_matches_explicit_loop_and_head_permutation():
     g = gen(1)
     X = mha.boolean_inputs(7, 4, 5, g)
