@@ -1,9 +1,16 @@
 """attnlib: models, theory solvers and simulations for *The theory of attention layers*.
 
 The public API is re-exported here; the book's chapter ``00-attention`` introduces the notation.
+One module per model, named after it:
+
+- :mod:`attnlib.attention`  softmax and multi-head attention (chapter 0)
+- :mod:`attnlib.random_qk`  random query-key (random-feature) attention, Fu et al. 2023 (chapter 1)
+- :mod:`attnlib.mha`        multi-head attention on Boolean inputs, Chen & Li 2024 (chapter 2)
+- :mod:`attnlib.dotattn`    tied low-rank dot-product attention, Cui et al. 2024 (chapter 3)
+- :mod:`attnlib.paths`      attention paths in deep networks, Tiberi et al. 2024 (chapter 4)
 """
 
-from . import attention, plotting
+from . import attention, dotattn, mha, paths, plotting, random_qk
 from ._runtime import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from ._store import load_result, provenance, save_result, stored_or_compute
 from ._sweep import sweep
@@ -14,7 +21,11 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "attention",
+    "dotattn",
+    "mha",
+    "paths",
     "plotting",
+    "random_qk",
     "DEVICES",
     "PROFILES",
     "ParameterError",
