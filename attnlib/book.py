@@ -391,7 +391,10 @@ def sync(log=print) -> list[Path]:
     written = []
     for md in sorted(CHAPTERS.glob("*.md")):
         target = md.with_suffix(".ipynb")
-        jupytext.write(jupytext.read(md), target, fmt="ipynb")
+        nb = jupytext.read(md)
+        for i, cell in enumerate(nb.cells):
+            cell.id = f"cell-{i:03d}"  # stable ids: re-syncing an unchanged chapter changes nothing
+        jupytext.write(nb, target, fmt="ipynb")
         written.append(target)
         log(f"wrote {target.relative_to(ROOT)}")
     return written
