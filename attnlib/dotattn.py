@@ -780,7 +780,7 @@ def train_attention(alphas, omegas, config: SimConfig, inits=("semantic", "posit
     # test error on fresh sequences, in chunks
     eg = torch.zeros(S, W, I, dtype=dtype, device=device)
     eg_lin = torch.zeros(S, W, dtype=dtype, device=device)
-    chunk = max(1, min(cfg.n_test, 2_000_000 // (2 * d * S)))
+    chunk = max(16, min(cfg.n_test, 20_000_000 // (2 * d * S)))  # <= ~160 MB of tokens
     done = 0
     while done < cfg.n_test:
         nb = min(chunk, cfg.n_test - done)
