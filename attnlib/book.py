@@ -290,7 +290,7 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
         "wall_s": round(wall, 1),
         "attnlib": __version__,
         "torch": torch.__version__,
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
     }
     executed.metadata["attnbook"] = record
     nbformat.write(executed, final)
@@ -308,7 +308,7 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
 def execution_table(chapters: list[str], records: dict) -> str:
     """Markdown table: chapter, profile, device, wall time, versions, date."""
     rows = [
-        "| chapter | profile | device | wall time (s) | attnlib | torch | executed |",
+        "| chapter | profile | device | wall time (s) | attnlib | torch | executed (UTC) |",
         "| --- | --- | --- | ---: | --- | --- | --- |",
     ]
     for chapter in chapters:
