@@ -910,6 +910,22 @@ def _param_distance(a, b, keys=None):
     return float(sum((a[k] - b[k]).norm() for k in a if keys is None or k in keys))
 
 
+def _train_epochs(model, opt, xtr, ytr, config: HistogramConfig, epochs: int, gen, sched=None):
+    """Mini-batch cross-entropy training over ``epochs`` shuffled passes (scheduler stepped per batch)."""
+    lossf = torch.nn.CrossEntropyLoss()
+    n_tr = xtr.shape[0]
+    for _ in range(epochs):
+        perm = torch.randperm(n_tr, generator=gen)
+        for i in range(0, n_tr, config.batch):
+            b = perm[i:i + config.batch]
+            opt.zero_grad()
+            loss = lossf(model(xtr[b]).reshape(-1, config.length + 1), ytr[b].reshape(-1))
+            loss.backward()
+            opt.step()
+            if sched is not None:
+                sched.step()
+
+
 def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> dict:
     """Train the constrained model with Adam, then the unconstrained model started at its solution.
 
@@ -927,16 +943,7 @@ def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> d
     opt = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9)
     steps = config.epochs * math.ceil(n_tr / config.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr, total_steps=steps)
-    lossf = torch.nn.CrossEntropyLoss()
-    for _ in range(config.epochs):
-        perm = torch.randperm(n_tr, generator=gen)
-        for i in range(0, n_tr, config.batch):
-            b = perm[i:i + config.batch]
-            opt.zero_grad()
-            loss = lossf(model(xtr[b]).reshape(-1, config.length + 1), ytr[b].reshape(-1))
-            loss.backward()
-            opt.step()
-            sched.step()
+    _train_epochs(model, opt, xtr, ytr, config, config.epochs, gen, sched)
     acc = _accuracy(model, xva, yva)
     p1 = _param_vector(model)
     with torch.no_grad():
@@ -954,14 +961,7 @@ def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> d
             p.add_(1e-3 * torch.randn(p.shape, generator=gen))
     p1n = _param_vector(free)
     opt = torch.optim.SGD(free.parameters(), lr=config.retrain_lr)
-    for _ in range(config.retrain_epochs):
-        perm = torch.randperm(n_tr, generator=gen)
-        for i in range(0, n_tr, config.batch):
-            b = perm[i:i + config.batch]
-            opt.zero_grad()
-            loss = lossf(free(xtr[b]).reshape(-1, config.length + 1), ytr[b].reshape(-1))
-            loss.backward()
-            opt.step()
+    _train_epochs(free, opt, xtr, ytr, config, config.retrain_epochs, gen)
     p2 = _param_vector(free)
     return {
         "mechanism": mechanism, "val_acc": acc, "val_acc_retrained": _accuracy(free, xva, yva),

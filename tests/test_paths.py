@@ -35,18 +35,23 @@ def random_net(heads, widths, n0=7, n_tok=6, batch=5, seed=0):
     return x, attns, w
 
 
+def _four_path_features(cfg, xtr, xte, seeds):
+    """Path features of the 4-path network (layer 1: good + random head; layer 2: uniform + random)."""
+    layers = [
+        torch.stack([ap.markov_heads(cfg, "same"), ap.markov_heads(cfg, "random", gen(seeds[0]))]),
+        torch.stack([ap.markov_heads(cfg, "uniform"), ap.markov_heads(cfg, "random", gen(seeds[1]))]),
+    ]
+    return (ap.path_features(xtr, ap.markov_attention(xtr, layers, cfg.beta)),
+            ap.path_features(xte, ap.markov_attention(xte, layers, cfg.beta)))
+
+
 @pytest.fixture(scope="module")
 def small_task():
     """A small hidden-Markov-chain task with the 4-path network."""
     cfg = ap.MarkovTaskConfig(D=30, n_vis=10, P=40, n_test=300)
     xtr, ytr, _ = ap.make_markov_data(cfg, cfg.P, gen(27))
     xte, yte, _ = ap.make_markov_data(cfg, cfg.n_test, gen(59))
-    layers = [
-        torch.stack([ap.markov_heads(cfg, "same"), ap.markov_heads(cfg, "random", gen(147))]),
-        torch.stack([ap.markov_heads(cfg, "uniform"), ap.markov_heads(cfg, "random", gen(247))]),
-    ]
-    xi_tr = ap.path_features(xtr, ap.markov_attention(xtr, layers, cfg.beta))
-    xi_te = ap.path_features(xte, ap.markov_attention(xte, layers, cfg.beta))
+    xi_tr, xi_te = _four_path_features(cfg, xtr, xte, seeds=(147, 247))
     return dict(
         cfg=cfg,
         xi_tr=xi_tr,
@@ -337,12 +342,7 @@ def test_full_weight_hmc_agrees_with_collapsed():
     cfg = ap.MarkovTaskConfig(D=10, n_vis=6, P=20, n_test=100)
     xtr, ytr, _ = ap.make_markov_data(cfg, cfg.P, gen(1))
     xte, _, _ = ap.make_markov_data(cfg, cfg.n_test, gen(2))
-    layers = [
-        torch.stack([ap.markov_heads(cfg, "same"), ap.markov_heads(cfg, "random", gen(3))]),
-        torch.stack([ap.markov_heads(cfg, "uniform"), ap.markov_heads(cfg, "random", gen(4))]),
-    ]
-    xi_tr = ap.path_features(xtr, ap.markov_attention(xtr, layers, cfg.beta))
-    xi_te = ap.path_features(xte, ap.markov_attention(xte, layers, cfg.beta))
+    xi_tr, xi_te = _four_path_features(cfg, xtr, xte, seeds=(3, 4))
     means = []
     for collapsed in (True, False):
         post = ap.PathPosterior(xi_tr, ytr, [2, 2], [5, 5, 5], 0.1, collapsed=collapsed)
