@@ -65,7 +65,9 @@ def test_page_renders_math_and_loads_everything(browser, server, page):
     tab.on("pageerror", lambda e: errors.append(str(e)))
     tab.goto(f"{server}/{page}.html", wait_until="networkidle")
     if page in MATH_PAGES:
-        tab.wait_for_selector("mjx-container", timeout=20_000)
+        # attached, not visible: the first formula may sit in a folded solution or code cell
+        tab.wait_for_selector("mjx-container", state="attached", timeout=20_000)
+        tab.evaluate("() => MathJax.startup.promise")  # resolves once the whole page is typeset
         assert tab.locator("mjx-container").count() > 3
         assert tab.evaluate("() => window.MathJax.version") == "3.2.2"
         assert tab.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
