@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ._validation import ParameterError, check_choice, check_float, check_int
+
 __all__ = [
     "RandomQKConfig",
     "PROFILES",
@@ -73,11 +75,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 
-def _check(name, ok, allowed):
-    if not ok:
-        raise ValueError(f"{name} must be {allowed}")
-
-
 @dataclass(frozen=True)
 class RandomQKConfig:
     r"""Sizes of the Chapter 1 experiments (one instance per profile)."""
@@ -104,18 +101,21 @@ class RandomQKConfig:
     def __post_init__(self):
         for name in ("d", "N", "n_val", "n_test", "heads", "mc_sequences", "mc_repeats",
                      "small_d", "small_N", "seeds"):
-            v = getattr(self, name)
-            _check(name, isinstance(v, int) and v >= 1, "a positive integer")
-        _check("d", self.d >= 3, "an integer >= 3")
-        _check("small_d", self.small_d >= 3, "an integer >= 3")
-        _check("N", self.N in self.N_list, "one of N_list")
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("d", self.d, minimum=3)
+        check_int("small_d", self.small_d, minimum=3)
+        check_choice("N", self.N, self.N_list)
         for name in ("N_list", "n_list", "heads_list", "mc_heads", "small_n_list"):
-            v = getattr(self, name)
-            _check(name, len(v) > 0 and all(isinstance(t, int) and t >= 1 for t in v),
-                   "a non-empty tuple of positive integers")
-        _check("bias", self.bias >= 0, "a float >= 0")
-        _check("bias_list", all(c >= 0 for c in self.bias_list), "a tuple of floats >= 0")
-        _check("lambdas", all(lam > 0 for lam in self.lambdas), "a tuple of floats > 0")
+            values = getattr(self, name)
+            if len(values) == 0:
+                raise ParameterError(f"{name}={values!r} must be a non-empty tuple of positive integers")
+            for v in values:
+                check_int(name, v, minimum=1)
+        check_float("bias", self.bias, minimum=0.0)
+        for c in self.bias_list:
+            check_float("bias_list", c, minimum=0.0)
+        for lam in self.lambdas:
+            check_float("lambdas", lam, minimum=0.0, strict=True)
 
 
 PROFILES = {
