@@ -31,6 +31,8 @@ import numpy as np
 import scipy.optimize
 import torch
 
+from ._validation import check_float, check_int
+
 __all__ = [
     # model
     "attention_from_bilinear",
@@ -77,26 +79,6 @@ __all__ = [
 ]
 
 DTYPE = torch.float64
-
-
-def _check_int(name, value, minimum=1):
-    import attnlib as al
-
-    if hasattr(al, "check_int"):
-        return al.check_int(name, value, minimum=minimum)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_float(name, value, minimum=None, maximum=None):
-    import attnlib as al
-
-    if hasattr(al, "check_float"):
-        return al.check_float(name, value, minimum=minimum, maximum=maximum)
-    ok = isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-    if not ok:
-        raise ValueError(f"{name} must be a number in [{minimum}, {maximum}], got {value!r}")
 
 
 # code index 2*h1 + h2 of the 4-path network:
@@ -634,13 +616,13 @@ class MarkovTaskConfig:
     random_head_strength: float = 1.0  # 0 turns the random head into a uniform head
 
     def __post_init__(self):
-        _check_int("D", self.D, minimum=4)
-        _check_int("n_vis", self.n_vis, minimum=2)
-        _check_int("P", self.P, minimum=2)
-        _check_int("n_test", self.n_test, minimum=2)
-        _check_float("p_stay", self.p_stay, minimum=0.0, maximum=1.0)
+        check_int("D", self.D, minimum=4)
+        check_int("n_vis", self.n_vis, minimum=2)
+        check_int("P", self.P, minimum=2)
+        check_int("n_test", self.n_test, minimum=2)
+        check_float("p_stay", self.p_stay, minimum=0.0, maximum=1.0)
         for name in ("sigma_perp", "sigma_par", "beta", "random_head_strength"):
-            _check_float(name, getattr(self, name), minimum=0.0)
+            check_float(name, getattr(self, name), minimum=0.0)
 
     @property
     def n_tok(self) -> int:
