@@ -46,6 +46,8 @@ __all__ = [
     "TheoryConfig",
     "FixedPoints",
     "gauss_hermite_4d",
+    "branch_symmetries",
+    "fold_nodes",
     "prox_newton",
     "channel_hats",
     "prior_overlaps",
@@ -107,6 +109,68 @@ def gauss_hermite_4d(n: int, device: torch.device | str = "cpu") -> tuple[torch.
             torch.as_tensor(weights, dtype=_DT, device=device))
 
 
+def branch_symmetries(branch: str, A=A_STANDARD) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
+    """Signed permutations of the Gaussian variables (xi1, xi2, eta1, eta2) that leave a branch's
+    channel integrands invariant (Chapter 3, "Symmetries").
+
+    Each element is ``(perm, sign)``: it maps a node ``v`` to ``sign * v[perm]``. Generators:
+
+    * token exchange with a sign flip, ``(xi1, xi2, eta1, eta2) -> -(xi2, xi1, eta2, eta1)``: maps
+      :math:`u\\to(-u_2,-u_1)`, :math:`h^*\\to(-h^*_2,-h^*_1)` for any (m, theta); a symmetry when
+      :math:`A_{11}=A_{22}`;
+    * :math:`\\eta\\to-\\eta` when :math:`\\theta=0` (positional and trivial branches);
+    * :math:`(\\xi,\\eta)\\to-(\\xi,\\eta)` when :math:`m=0` (semantic and trivial branches).
+
+    The integrands of :math:`\\hat q,\\hat V`, the loss and the envelope are invariant under each
+    element; those of :math:`\\hat m` (semantic) and :math:`\\hat\\theta` (positional) are odd, and
+    the branch sets them to zero anyway. Returns the whole group, identity first.
+    """
+    check_choice("branch", branch, BRANCHES)
+    gens = []
+    if float(A[0][0]) == float(A[1][1]):
+        gens.append(((1, 0, 3, 2), (-1.0, -1.0, -1.0, -1.0)))
+    if branch in ("positional", "trivial"):
+        gens.append(((0, 1, 2, 3), (1.0, 1.0, -1.0, -1.0)))
+    if branch in ("semantic", "trivial"):
+        gens.append(((0, 1, 2, 3), (-1.0, -1.0, -1.0, -1.0)))
+    group = [((0, 1, 2, 3), (1.0, 1.0, 1.0, 1.0))]
+    grew = True
+    while grew:  # closure under composition (the groups here have at most 8 elements)
+        grew = False
+        for p, sg in list(group):
+            for gp, gs in gens:
+                # (g o h)(v)[k] = gs[k] * h(v)[gp[k]] = gs[k] * sg[gp[k]] * v[p[gp[k]]]
+                comp = (tuple(p[gp[k]] for k in range(4)), tuple(gs[k] * sg[gp[k]] for k in range(4)))
+                if comp not in group:
+                    group.append(comp)
+                    grew = True
+    return group
+
+
+def fold_nodes(nodes: torch.Tensor, weights: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep one node per orbit of ``group`` and give it the summed weight of its orbit.
+
+    ``nodes`` (N, 4) must be closed under the group (a product rule with symmetric 1-d nodes is).
+    For an integrand invariant under the group the folded rule gives the same average, with about
+    ``len(group)`` times fewer evaluations. Returns ``(nodes, weights)`` of the representatives.
+    """
+    arr = nodes.detach().cpu().numpy()
+    key = np.round(arr, 12)
+    index = {tuple(row): i for i, row in enumerate(key)}
+    canon = np.arange(len(arr))
+    for perm, sign in group[1:]:
+        img = np.round(arr[:, list(perm)] * np.asarray(sign), 12)
+        try:
+            j = np.fromiter((index[tuple(row)] for row in img), dtype=np.int64, count=len(img))
+        except KeyError:
+            raise ValueError("fold_nodes: the nodes are not closed under the symmetry group") from None
+        canon = np.minimum(canon, j)
+    reps, inverse = np.unique(canon, return_inverse=True)
+    w = np.bincount(inverse, weights=weights.detach().cpu().numpy().astype(float))
+    return nodes[torch.as_tensor(reps, device=nodes.device)], torch.as_tensor(w, dtype=weights.dtype,
+                                                                               device=weights.device)
+
+
 # ----------------------------------------------------------------------------------------------
 # the channel: field-space loss, its proximal map, the hat equations
 # ----------------------------------------------------------------------------------------------
@@ -147,6 +211,9 @@ def _loss_grad_hess(x1, x2, t1, t2, sigma2):
     h12 = c * (k1 * z1a * z1b + k2 * z2a * z2b - e1 - e2)
     h22 = c * (k1 * z1b * z1b + k2 * z2b * z2b + 2 * e2)
     return ell, (g1, g2), (h11, h12, h22)
+
+
+_HALVINGS = 0.5 ** torch.arange(1, 41, dtype=torch.float64)
 
 
 def _prox_objective(y1, y2, u1, u2, t1, t2, iV, sigma2):
@@ -193,10 +260,11 @@ def prox_newton(u1, u2, t1, t2, V, sigma2, x0=None, max_iter: int = 60, tol: flo
         g1, g2, h11, h12, h22 = (v[keep] for v in (g1, g2, h11, h12, h22))
         h11 = h11 + iv
         h22 = h22 + iv
-        # smallest eigenvalue of the 2x2 Hessian; where it is below 0.05/V (non-convex or nearly
-        # flat), shift it up to 0.05/V, otherwise take the plain Newton step
-        rad = torch.sqrt(0.25 * (h11 - h22) ** 2 + h12 * h12)
-        shift = torch.clamp(0.05 * iv - (0.5 * (h11 + h22) - rad), min=0.0)
+        # smallest eigenvalue of the 2x2 Hessian: where it is positive take the plain Newton step
+        # (quadratic convergence even when the minimum is flat), where the objective is locally
+        # non-convex shift the spectrum up to 0.05/V (a regularised step; the line search guards)
+        lmin = 0.5 * (h11 + h22) - torch.sqrt(0.25 * (h11 - h22) ** 2 + h12 * h12)
+        shift = torch.where(lmin > 1e-8 * iv, torch.zeros_like(lmin), 0.05 * iv - lmin)
         h11, h22 = h11 + shift, h22 + shift
         det = h11 * h22 - h12 * h12
         p1 = -(h22 * g1 - h12 * g2) / det
@@ -208,18 +276,22 @@ def prox_newton(u1, u2, t1, t2, V, sigma2, x0=None, max_iter: int = 60, tol: flo
         ok = (f1 <= f0 + 1e-4 * slope) | (-slope < 1e-14 * f0.abs())
         step = torch.ones_like(f0)
         bad = torch.nonzero(~ok).squeeze(1)
-        for _ in range(40):
-            if bad.numel() == 0:
-                break
-            step[bad] = 0.5 * step[bad]
-            sb = step[bad]
-            fb = _prox_objective(a1[bad] + sb * p1[bad], a2[bad] + sb * p2[bad], b1[bad], b2[bad],
-                                 c1[bad], c2[bad], iv[bad], sigma2)
-            okb = fb <= f0[bad] + 1e-4 * sb * slope[bad]
-            bad = bad[~okb]
-        step[bad] = 0.0
+        if bad.numel():
+            # backtracking, all trial steps 2^-1 .. 2^-40 at once: take the longest that satisfies
+            # the Armijo condition (one batched evaluation instead of a loop of halvings)
+            sb = _HALVINGS.to(f0)[None, :]
+            ba1, ba2, bb1, bb2, bc1, bc2, biv, bp1, bp2, bf0, bsl = (
+                v[bad][:, None] for v in (a1, a2, b1, b2, c1, c2, iv, p1, p2, f0, slope))
+            fb = _prox_objective(ba1 + sb * bp1, ba2 + sb * bp2, bb1, bb2, bc1, bc2, biv, sigma2)
+            okb = fb <= bf0 + 1e-4 * sb * bsl
+            first = torch.argmax(okb.to(torch.int8), dim=1)
+            step[bad] = torch.where(okb.any(1), sb[0, first], torch.zeros_like(first, dtype=f0.dtype))
         x1[act] = a1 + step * p1
         x2[act] = a2 + step * p2
+        # an entry whose predicted decrease is below round-off of the objective is stationary
+        act = act[step * (-slope) > 1e-15 * f0.abs()]
+        if act.numel() == 0:
+            break
     return x1.reshape(shape), x2.reshape(shape), it
 
 
@@ -379,6 +451,8 @@ class TheoryConfig:
     prox_start: str = "zero"    # "zero": Newton starts at x = 0 (reference); "warm": previous x*
     anderson: int = 5           # Anderson mixing memory on top of damping (0 = plain damping)
     anderson_patience: int = 100  # after this many iterations fall back to plain damping
+    fold: bool = True           # integrate over one node per orbit of the branch's symmetry group
+                                # (exact; about 4x fewer prox solves), see branch_symmetries
 
     def __post_init__(self):
         check_float("sigma", self.sigma, minimum=0.0, strict=True)
@@ -455,36 +529,11 @@ def _as_points(alpha, omega, branch):
     return alpha, omega, branch
 
 
-def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None, init=None,
-                       device: torch.device | str = "cpu") -> FixedPoints:
-    """Solve the self-consistent equations for many (alpha, omega, branch) points at once.
-
-    Damped iteration ``overlaps <- (1-d) prior(channel(overlaps)) + d overlaps`` vectorised over the
-    quadrature nodes and the points. Each branch is restricted to its invariant subspace: the
-    positional branch forces :math:`\\hat\\theta=0` (so :math:`\\theta=0`), the semantic one
-    :math:`\\hat m=0` (so :math:`m=0`), the trivial one both. Points leave the batch when converged.
-
-    Parameters
-    ----------
-    alpha, omega : float or array of shape (P,)
-    branch : str or list of P strings, from :data:`BRANCHES`
-    init : optional array (P, 4) of starting (q, m, V, theta); default :data:`BRANCH_INITS`.
-
-    Returns
-    -------
-    FixedPoints, with the training loss from the free entropy and from the direct formula (their
-    agreement is the convergence check) and the test error.
-    """
-    cfg = config or TheoryConfig()
-    alpha, omega, branch = _as_points(alpha, omega, branch)
+def _solve_branch(alpha, omega, branch, init, cfg, dev, nodes, weights) -> dict:
+    """The damped (+ Anderson) iteration for points of one branch on one quadrature rule."""
     P = len(alpha)
-    t0 = time.perf_counter()
-    dev = torch.device(device)
-    nodes, weights = gauss_hermite_4d(cfg.n_nodes, device=dev)
+    branch = [branch] * P
     T = lambda v: torch.as_tensor(np.asarray(v, dtype=float), dtype=_DT, device=dev)  # noqa: E731
-    if init is None:
-        init = np.array([BRANCH_INITS[b] for b in branch])
-    init = np.asarray(init, dtype=float).reshape(P, 4)
     q, m, V, theta = (T(init[:, i]).clone() for i in range(4))
     keep_m = T([b == "positional" for b in branch])
     keep_t = T([b == "semantic" for b in branch])
@@ -573,14 +622,70 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
     eps_direct = al * hats["E_ell"] + cfg.lam * q / (2 * cfg.sigma**2)
     eg = test_error_theory(q, m, theta, om, cfg.sigma, cfg.A, n_nodes=cfg.n_nodes_eg)
     npy = lambda v: v.detach().cpu().numpy()  # noqa: E731
-    return FixedPoints(
-        alpha=alpha, omega=omega, branch=branch, q=npy(q), m=np.abs(npy(m)),
-        theta=np.abs(npy(theta)), V=npy(V),
-        hats={k: npy(v) for k, v in hats.items()}, eps_t=npy(-phi), eps_t_direct=npy(eps_direct),
-        eps_g=npy(eg), n_iter=n_iter, converged=converged, stalled=stalled, residual=last_change,
-        seconds=time.perf_counter() - t0,
-        config=cfg,
-    )
+    return {
+        "q": npy(q), "m": np.abs(npy(m)), "theta": np.abs(npy(theta)), "V": npy(V),
+        "hats": {k: npy(v) for k, v in hats.items()}, "eps_t": npy(-phi),
+        "eps_t_direct": npy(eps_direct), "eps_g": npy(eg), "n_iter": n_iter,
+        "converged": converged, "stalled": stalled, "residual": last_change,
+    }
+
+
+def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None, init=None,
+                       device: torch.device | str = "cpu", quadrature=None) -> FixedPoints:
+    """Solve the self-consistent equations for many (alpha, omega, branch) points at once.
+
+    Damped iteration ``overlaps <- (1-d) prior(channel(overlaps)) + d overlaps`` vectorised over the
+    quadrature nodes and the points. Each branch is restricted to its invariant subspace: the
+    positional branch forces :math:`\\hat\\theta=0` (so :math:`\\theta=0`), the semantic one
+    :math:`\\hat m=0` (so :math:`m=0`), the trivial one both. Points leave the batch when converged.
+    Each branch is iterated on its own rule, folded by :func:`branch_symmetries` (the integrands
+    are invariant, so the averages are unchanged and the cost drops about fourfold).
+
+    Parameters
+    ----------
+    alpha, omega : float or array of shape (P,)
+    branch : str or list of P strings, from :data:`BRANCHES`
+    init : optional array (P, 4) of starting (q, m, V, theta); default :data:`BRANCH_INITS`.
+    quadrature : optional ``(nodes (N, 4), weights (N,))`` replacing the product Gauss-Hermite rule
+        (for instance a large Monte Carlo sample to make a reference solution); not folded.
+
+    Returns
+    -------
+    FixedPoints, with the training loss from the free entropy and from the direct formula (their
+    agreement is the convergence check) and the test error.
+    """
+    cfg = config or TheoryConfig()
+    alpha, omega, branch = _as_points(alpha, omega, branch)
+    P = len(alpha)
+    if init is None:
+        init = np.array([BRANCH_INITS[b] for b in branch])
+    init = np.asarray(init, dtype=float)
+    if init.shape != (P, 4):
+        raise ValueError(f"init must have shape ({P}, 4) = (points, [q, m, V, theta]); got {init.shape}")
+    t0 = time.perf_counter()
+    dev = torch.device(device)
+    if quadrature is None:
+        base = gauss_hermite_4d(cfg.n_nodes, device=dev)
+    else:
+        base = tuple(torch.as_tensor(v, dtype=_DT, device=dev) for v in quadrature)
+        if base[0].ndim != 2 or base[0].shape[1] != 4 or base[1].shape != base[0].shape[:1]:
+            raise ValueError("quadrature must be (nodes of shape (N, 4), weights of shape (N,))")
+    out = {}
+    for b in dict.fromkeys(branch):  # one iteration per branch, on that branch's folded rule
+        idx = np.array([i for i, bb in enumerate(branch) if bb == b])
+        nodes, weights = base
+        if cfg.fold and quadrature is None:
+            nodes, weights = fold_nodes(nodes, weights, branch_symmetries(b, cfg.A))
+        res = _solve_branch(alpha[idx], omega[idx], b, init[idx], cfg, dev, nodes, weights)
+        for key, val in res.items():
+            if key == "hats":
+                hats = out.setdefault("hats", {})
+                for hk, hv in val.items():
+                    hats.setdefault(hk, np.zeros(P))[idx] = hv
+            else:
+                out.setdefault(key, np.zeros(P, dtype=np.asarray(val).dtype))[idx] = val
+    return FixedPoints(alpha=alpha, omega=omega, branch=branch, seconds=time.perf_counter() - t0,
+                       config=cfg, **out)
 
 
 def find_crossing(x, y) -> float:

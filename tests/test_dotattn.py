@@ -121,6 +121,58 @@ def test_sign_symmetries_of_the_channel():
     assert abs(float(h["qh"][0] - h["qh"][2])) < 1e-12 * float(h["qh"][0])
 
 
+@pytest.mark.parametrize("A", [D.A_STANDARD, D.A_ALTERNATIVE])
+@pytest.mark.parametrize("branch", D.BRANCHES)
+def test_folded_rule_gives_the_same_channel_averages(branch, A):
+    # the folded rule keeps one node per orbit of the branch's symmetry group; on that branch's
+    # subspace the averages must equal those of the full rule to round-off
+    state = {"positional": (0.05, 0.25, 0.0), "semantic": (0.09, 0.0, 0.13), "trivial": (0.05, 0.0, 0.0)}
+    q, m, th = state[branch]
+    group = D.branch_symmetries(branch, A)
+    assert len(group) == {"trivial": 8}.get(branch, 4) // (1 if A == D.A_STANDARD else 2)
+    nodes, w = D.gauss_hermite_4d(6)
+    fnodes, fw = D.fold_nodes(nodes, w, group)
+    assert abs(float(fw.sum()) - 1) < 1e-13
+    assert fnodes.shape[0] < 1.2 * nodes.shape[0] / len(group)
+    args = (_t(q), _t(m), _t(th), _t(14.0), _t(1.5), _t(0.3), 0.5, A)
+    full = D.channel_hats(*args, nodes, w)
+    fold = D.channel_hats(*args, fnodes, fw)
+    keys = ["qh", "Vh", "E_ell", "E_env"] + (["mh"] if branch == "positional" else []) + (
+        ["th"] if branch == "semantic" else [])
+    for k in keys:
+        assert abs(float(fold[k][0] - full[k][0])) <= 1e-12 * abs(float(full[k][0])) + 1e-15, k
+    # a state off the branch's subspace breaks the symmetry, and the folded rule is then wrong
+    if branch == "positional":
+        off = D.channel_hats(_t(q), _t(m), _t(0.1), *args[3:], nodes, w)
+        off_f = D.channel_hats(_t(q), _t(m), _t(0.1), *args[3:], fnodes, fw)
+        assert abs(float(off_f["Vh"][0] / off["Vh"][0]) - 1) > 1e-6
+
+
+def test_fold_nodes_rejects_a_rule_that_is_not_symmetric():
+    nodes = torch.randn(50, 4, dtype=DT, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="not closed under the symmetry group"):
+        D.fold_nodes(nodes, torch.full((50,), 0.02, dtype=DT), D.branch_symmetries("semantic"))
+
+
+def test_folded_and_full_solver_agree():
+    alphas, branches = [1.0, 2.0, 1.5], ["positional", "semantic", "trivial"]
+    a = D.solve_fixed_points(alphas, 0.3, branches, D.TheoryConfig(n_nodes=6, fold=True))
+    b = D.solve_fixed_points(alphas, 0.3, branches, D.TheoryConfig(n_nodes=6, fold=False))
+    for key in ("q", "m", "theta", "V", "eps_t", "eps_g"):
+        np.testing.assert_allclose(getattr(a, key), getattr(b, key), rtol=1e-6, atol=1e-9, err_msg=key)
+    assert a.branch == branches  # results come back in the caller's order
+
+
+def test_prox_newton_stops_at_round_off():
+    # a flat but convex minimum (smallest Hessian eigenvalue ~ 0.004/V): plain Newton steps, and the
+    # entry leaves the loop once its predicted decrease is below round-off instead of spinning
+    u1, u2, t1, t2, V = _t(-0.9802), _t(-0.3870), _t(0.6461), _t(0.4341), _t(26.23)
+    x1, x2, n_it = D.prox_newton(u1, u2, t1, t2, V, 0.25, max_iter=200)
+    assert n_it < 15
+    _, (g1, g2), _ = D._loss_grad_hess(x1, x2, t1, t2, 0.25)
+    assert max(abs(float(g1 + (x1 - u1) / V)), abs(float(g2 + (x2 - u2) / V))) < 1e-9
+
+
 def test_channel_quadrature_converges():
     # semantic state (m = 0) and positional state (theta = 0) at alpha = 1.5
     args = (_t(0.09, 0.05), _t(0.0, 0.25), _t(0.13, 0.0), _t(16.0, 14.0), _t(1.5, 1.5),
