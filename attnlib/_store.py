@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -72,8 +73,11 @@ def stored_or_compute(
     parameters equal ``params`` is loaded instead of recomputed (unless ``recompute``); otherwise
     ``compute()`` runs and, for the ``full`` profile, its result is stored with provenance.
     The provenance record is attached as ``df.attrs["provenance"]`` (``"stored": True`` if loaded).
+    The store is ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the repository's ``results/``.
     """
-    root = RESULTS_DIR if results_dir is None else Path(results_dir)
+    if results_dir is None:
+        results_dir = os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR
+    root = Path(results_dir)
     path = root / run.chapter / f"{name}.csv"
     wanted = _jsonable(dict(params))
     if run.profile == "full" and not recompute and path.exists():
