@@ -73,3 +73,17 @@ def test_histogram_both_mechanisms_learn(s):
 def test_solver_speed(s):
     assert s["solver_speedup_vs_reference"] > 5
     assert s["solver_seconds_per_point"] > 0
+
+
+def test_concentration_reaches_hundreds_of_dimensions_and_shrinks(s):
+    dist = s["concentration_mean_distance_by_d"]
+    for init in ("semantic", "positional"):
+        ds = sorted(dist[init], key=float)
+        assert float(ds[0]) <= 10 and float(ds[-1]) >= 300, ds
+        assert dist[init][ds[-1]] < dist[init][ds[0]] / 3, init
+        assert s["concentration_loglog_slope"][init] < -0.2, init
+
+
+def test_quick_profile_computes_everything_and_stores_nothing(s):
+    assert s["profile"] == "quick"
+    assert s["results_loaded_from_store"] and not any(s["results_loaded_from_store"].values())
