@@ -29,6 +29,7 @@ overlaps are reported as :math:`m=\\mathbf 1^\\top Q/d` and :math:`\\theta/\\sig
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -529,6 +530,13 @@ def _as_points(alpha, omega, branch):
     return alpha, omega, branch
 
 
+@functools.lru_cache(maxsize=32)
+def _folded_rule(n_nodes: int, branch: str, A: tuple, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The product rule folded for one branch; cached, since folding costs more than a small solve."""
+    nodes, weights = gauss_hermite_4d(n_nodes, device=device)
+    return fold_nodes(nodes, weights, branch_symmetries(branch, A))
+
+
 def _solve_branch(alpha, omega, branch, init, cfg, dev, nodes, weights) -> dict:
     """The damped (+ Anderson) iteration for points of one branch on one quadrature rule."""
     P = len(alpha)
@@ -675,7 +683,7 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
         idx = np.array([i for i, bb in enumerate(branch) if bb == b])
         nodes, weights = base
         if cfg.fold and quadrature is None:
-            nodes, weights = fold_nodes(nodes, weights, branch_symmetries(b, cfg.A))
+            nodes, weights = _folded_rule(cfg.n_nodes, b, tuple(map(tuple, cfg.A)), str(dev))
         res = _solve_branch(alpha[idx], omega[idx], b, init[idx], cfg, dev, nodes, weights)
         for key, val in res.items():
             if key == "hats":
