@@ -16,6 +16,8 @@ __all__ = [
     "PALETTE",
     "THEORY_STYLE",
     "SIM_STYLE",
+    "SEQUENTIAL",
+    "DIVERGING",
     "WIDTH",
     "set_theme",
     "figure",
@@ -24,6 +26,10 @@ __all__ = [
 
 #: Colour-blind-safe qualitative palette (seaborn "colorblind", after Okabe & Ito).
 PALETTE = sns.color_palette("colorblind")
+#: Colour-blind-safe, perceptually uniform colour maps: for magnitudes (weights, errors, densities)
+#: and for signed quantities centred at zero (order parameters, differences).
+SEQUENTIAL = "viridis"
+DIVERGING = "vlag"
 #: Figure width in inches of a full-width figure in the book's text column.
 WIDTH = 7.0
 #: Keyword arguments for theory curves (``ax.plot(x, y, **THEORY_STYLE)``).
@@ -48,6 +54,14 @@ def set_theme() -> None:
             "axes.grid": True,
             "grid.alpha": 0.3,
             "legend.frameon": False,
+            # legend and tick labels close to the axis labels, so they stay legible once the
+            # figure is scaled to the text column (and to a phone screen)
+            "axes.labelsize": 11.5,
+            "legend.fontsize": 10.5,
+            "legend.title_fontsize": 10.5,
+            "xtick.labelsize": 10.5,
+            "ytick.labelsize": 10.5,
+            "image.cmap": SEQUENTIAL,
             "svg.fonttype": "path",
         },
     )
