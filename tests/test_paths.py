@@ -240,6 +240,26 @@ def test_head_scores_and_alignment():
     assert ov[0] == pytest.approx(1.0) and ov[1:].max() < 1e-8
 
 
+def test_alignment_scalars():
+    g = gen(3)
+    X = torch.randn(12, 5, generator=g, dtype=F64)
+    K = X @ X.T + 0.01 * torch.eye(12, dtype=F64)
+    Y = torch.sign(torch.randn(12, generator=g, dtype=F64))
+    # squared cosines over all components sum to one (orthonormal eigenbasis)
+    assert float((ap.kernel_alignment(K, Y, 12) ** 2).sum()) == pytest.approx(1.0)
+    f = [ap.top_pc_label_fraction(K, Y, k) for k in (1, 3, 12)]
+    assert 0 <= f[0] <= f[1] <= f[2] == pytest.approx(1.0)
+    # both scalars are scale-invariant; the target alignment is 1 exactly for K = c Y Y^T
+    assert ap.top_pc_label_fraction(7 * K, Y, 3) == pytest.approx(f[1])
+    assert ap.kernel_target_alignment(7 * K, Y) == pytest.approx(ap.kernel_target_alignment(K, Y))
+    assert ap.kernel_target_alignment(3 * torch.outer(Y, Y), Y) == pytest.approx(1.0)
+    assert abs(ap.kernel_target_alignment(K, Y)) < 1.0
+    with pytest.raises(ValueError):
+        ap.kernel_alignment(K[:, :5], Y)
+    with pytest.raises(ValueError):
+        ap.kernel_target_alignment(K, Y[:5])
+
+
 # ---------------------------------------------------------------- tasks
 
 
@@ -267,6 +287,12 @@ def test_markov_task_structure():
     prev = torch.stack([A[:, t - 1, t] for t in range(2, 13)], 1)
     bos = torch.stack([A[:, 0, t] for t in range(2, 13)], 1)
     assert float(prev[same].min()) > 0.9 and float(bos[~same].min()) > 0.9
+    # the authors' convention for the first two queries: BOS (query 0) attends uniformly, and
+    # query 1 (no visible predecessor) scores only BOS positionally, with strength 1.5
+    torch.testing.assert_close(A[:, :, 0], torch.full_like(A[:, :, 0], 1 / 13))
+    W = ap.markov_heads(cfg, "same")
+    assert float(W[cfg.D, cfg.D]) == 0.0 and float(W[cfg.D, cfg.D + 1]) == 1.5
+    assert float(W[cfg.D + 1 :, cfg.D + 1].abs().max()) == 0.0
     U = ap.attention_from_bilinear(x, ap.markov_heads(cfg, "uniform")[None], cfg.beta)
     torch.testing.assert_close(U, torch.full_like(U, 1 / 13))
 

@@ -44,10 +44,12 @@ from .kernels import (
     head_scores,
     kernel_alignment,
     kernel_diagonal,
+    kernel_target_alignment,
     path_kernels,
     predict,
     renormalised_kernel,
     scaled_features,
+    top_pc_label_fraction,
 )
 from .markov import (
     MARKOV_PROFILES,
@@ -93,6 +95,8 @@ __all__ = [
     "predict",
     "accuracy",
     "kernel_alignment",
+    "top_pc_label_fraction",
+    "kernel_target_alignment",
     "head_scores",
     "adam_raw_solve",
     # hidden-Markov-chain task

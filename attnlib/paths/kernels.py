@@ -62,11 +62,52 @@ def accuracy(mean: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def kernel_alignment(K: torch.Tensor, Y: torch.Tensor, n_pcs: int = 30) -> np.ndarray:
-    """Overlap ``|phi_k . Y| / |Y|`` of the top ``n_pcs`` eigenvectors of ``K`` with the labels."""
+    """Kernel-task alignment per principal component (Chapter 4, kernel-task alignment).
+
+    With the eigen-decomposition ``K phi_k = lambda_k phi_k`` (``lambda_1 >= lambda_2 >= ...``,
+    unit ``phi_k``) of a training kernel, returns the cosines
+
+    .. math:: a_k = |\\phi_k\\cdot Y| / \\|Y\\|,\\qquad k = 1, \\dots, n_{\\rm pcs},
+
+    as an array ``(n_pcs,)``. Over all ``P`` components ``sum_k a_k^2 = 1``; a kernel aligned with
+    the task puts that mass on its leading components. ``K`` (P, P) symmetric, ``Y`` (P,).
+    Typical use: ``K = renormalised_kernel(U, xt, xt)`` for the theory's ``U`` against the GP's
+    ``U = 1``. See :func:`top_pc_label_fraction` and :func:`kernel_target_alignment` for scalars.
+    """
+    _check_kernel_and_labels(K, Y)
     evals, evecs = torch.linalg.eigh(K)
     order = torch.argsort(evals, descending=True)[:n_pcs]
     Yn = Y.to(K.dtype) / torch.linalg.norm(Y.to(K.dtype))
     return (evecs[:, order].T @ Yn).abs().cpu().numpy()
+
+
+def top_pc_label_fraction(K: torch.Tensor, Y: torch.Tensor, k: int = 5) -> float:
+    """Fraction of ``|Y|^2`` captured by the top ``k`` principal components of ``K``.
+
+    .. math:: F_k = \\sum_{j\\le k} (\\phi_j\\cdot Y)^2 / \\|Y\\|^2 \\in [0, 1]
+
+    (the squared cosines of :func:`kernel_alignment`, summed). Scale-invariant in ``K``.
+    """
+    return float((kernel_alignment(K, Y, k) ** 2).sum())
+
+
+def kernel_target_alignment(K: torch.Tensor, Y: torch.Tensor) -> float:
+    """Kernel-target alignment of Cristianini et al. (2002): cosine between ``K`` and ``Y Y^T``.
+
+    .. math:: A(K, Y) = \\frac{Y^\\top K Y}{\\|K\\|_F\\, \\|Y\\|^2} \\in [-1, 1]
+
+    Equal to 1 exactly when ``K`` is a positive multiple of ``Y Y^T``; scale-invariant in ``K``.
+    """
+    _check_kernel_and_labels(K, Y)
+    Yd = Y.to(K.dtype)
+    return float(Yd @ K @ Yd / (torch.linalg.norm(K) * (Yd @ Yd)))
+
+
+def _check_kernel_and_labels(K: torch.Tensor, Y: torch.Tensor) -> None:
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square (P, P) kernel matrix, got shape {tuple(K.shape)}")
+    if Y.ndim != 1 or Y.shape[0] != K.shape[0]:
+        raise ValueError(f"Y must have shape ({K.shape[0]},), got {tuple(Y.shape)}")
 
 
 def head_scores(U: torch.Tensor, heads) -> np.ndarray:

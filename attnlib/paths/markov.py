@@ -94,6 +94,10 @@ def markov_heads(cfg: MarkovTaskConfig, kind: str, generator: torch.Generator | 
 
     ``kind``: ``"same"`` (query t attends to t-1 if it is in the same hidden state, else to BOS),
     ``"uniform"`` or ``"random"`` (Gaussian perturbation of the uniform head).
+
+    The same-token head follows the authors' convention exactly: the positional block scores key
+    ``t-1`` for queries ``t >= 2`` and the BOS key (strength 1.5) for every visible query, while the
+    BOS query itself has all-zero logits and therefore attends uniformly.
     """
     D, n, n0 = cfg.D, cfg.n_tok, cfg.n0
     W = torch.zeros(n0, n0, dtype=DTYPE)
@@ -105,8 +109,9 @@ def markov_heads(cfg: MarkovTaskConfig, kind: str, generator: torch.Generator | 
         q = (vp - vm) / (torch.linalg.norm(vp - vm) ** 2 / 2)
         W[:D, :D] = torch.outer(q, q)
         pos = torch.zeros(n, n, dtype=DTYPE)
-        pos[torch.arange(n - 1), torch.arange(1, n)] = 1.0  # key t-1 for query t
-        pos[0, :] += 1.5  # every query scores BOS with 1.5
+        # key t-1 for visible query t >= 2 (query 1 has no visible predecessor)
+        pos[torch.arange(1, n - 1), torch.arange(2, n)] = 1.0
+        pos[0, 1:] = 1.5  # every visible query scores BOS with 1.5; BOS itself scores nothing
         W[D:, D:] = pos
     elif kind == "uniform":
         W[D:, D:] = 1.0
