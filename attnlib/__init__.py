@@ -8,9 +8,10 @@ One module per model, named after it:
 - :mod:`attnlib.mha`        multi-head attention on Boolean inputs, Chen & Li 2024 (chapter 2)
 - :mod:`attnlib.dotattn`    tied low-rank dot-product attention, Cui et al. 2024 (chapter 3)
 - :mod:`attnlib.paths`      attention paths in deep networks, Tiberi et al. 2024 (chapter 4)
+- :mod:`attnlib.glyphs`     a generated Omniglot-like set of characters from many scripts (chapter 4)
 """
 
-from . import attention, dotattn, mha, paths, plotting, random_qk
+from . import attention, dotattn, glyphs, mha, paths, plotting, random_qk
 from ._runtime import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from ._store import load_result, provenance, save_result, stored_or_compute
 from ._sweep import sweep
@@ -22,6 +23,7 @@ __all__ = [
     "__version__",
     "attention",
     "dotattn",
+    "glyphs",
     "mha",
     "paths",
     "plotting",
