@@ -10,6 +10,8 @@ import torch
 
 import attnlib.dotattn as D
 from attnlib._validation import ParameterError
+from attnlib.dotattn import channel as C
+from attnlib.dotattn import simulation as SIMU
 
 DT = torch.float64
 
@@ -71,17 +73,17 @@ def test_test_error_theory_matches_monte_carlo():
 def test_prox_newton_is_stationary_and_global_on_a_grid():
     nodes, _ = D.gauss_hermite_4d(5)
     q, m, th, V = _t(0.06), _t(0.2), _t(0.05), _t(15.0)
-    u1, u2, h1, h2, _ = D._fields(q, m, th, 0.25, nodes)
-    t1, t2 = D._teacher_diag(h1, h2, _t(0.3)[:, None], D.A_STANDARD)
+    u1, u2, h1, h2, _ = C._fields(q, m, th, 0.25, nodes)
+    t1, t2 = C._teacher_diag(h1, h2, _t(0.3)[:, None], D.A_STANDARD)
     x1, x2, _ = D.prox_newton(u1, u2, t1, t2, V[:, None], 0.25)
-    _, (g1, g2), _ = D._loss_grad_hess(x1, x2, t1, t2, 0.25)
+    _, (g1, g2), _ = C._loss_grad_hess(x1, x2, t1, t2, 0.25)
     g1, g2 = g1 + (x1 - u1) / V, g2 + (x2 - u2) / V
     assert float(torch.maximum(g1.abs(), g2.abs()).max()) < 1e-8
-    f_star = D._prox_objective(x1, x2, u1, u2, t1, t2, 1 / V, 0.25)
+    f_star = C._prox_objective(x1, x2, u1, u2, t1, t2, 1 / V, 0.25)
     # brute force over a 121 x 121 grid of x around 0 (covers every minimiser: |x - u|^2 <= 4 V sigma^2)
     grid = torch.linspace(-4, 4, 121, dtype=DT)
     g1_, g2_ = torch.meshgrid(grid, grid, indexing="ij")
-    f_grid = D._prox_objective(g1_.reshape(-1, 1, 1), g2_.reshape(-1, 1, 1), u1, u2, t1, t2,
+    f_grid = C._prox_objective(g1_.reshape(-1, 1, 1), g2_.reshape(-1, 1, 1), u1, u2, t1, t2,
                                1 / V, 0.25).amin(0)
     # the grid can only be worse than the true minimum by its resolution
     frac_worse = float((f_star > f_grid + 1e-6).double().mean())
@@ -169,7 +171,7 @@ def test_prox_newton_stops_at_round_off():
     u1, u2, t1, t2, V = _t(-0.9802), _t(-0.3870), _t(0.6461), _t(0.4341), _t(26.23)
     x1, x2, n_it = D.prox_newton(u1, u2, t1, t2, V, 0.25, max_iter=200)
     assert n_it < 15
-    _, (g1, g2), _ = D._loss_grad_hess(x1, x2, t1, t2, 0.25)
+    _, (g1, g2), _ = C._loss_grad_hess(x1, x2, t1, t2, 0.25)
     assert max(abs(float(g1 + (x1 - u1) / V)), abs(float(g2 + (x2 - u2) / V))) < 1e-9
 
 
@@ -259,9 +261,9 @@ def test_gram_loss_equals_direct_loss():
     Z, X, Qs = D.draw_problem(n, d, 2, 0.5, gen, "cpu")
     assert torch.allclose((Qs * Qs).sum(1), torch.full((2,), float(d), dtype=DT))
     om = _t(0.2, 0.7)
-    G, K, Zg, T = D._grams(Z, X, Qs, om, D.A_STANDARD, d)
+    G, K, Zg, T = SIMU._grams(Z, X, Qs, om, D.A_STANDARD, d)
     Q = torch.randn(2, 2, 3, d, 2, generator=gen, dtype=DT)
-    fast = D._attention_loss_terms(Q, X, G, K, Zg, T, d)
+    fast = SIMU._attention_loss_terms(Q, X, G, K, Zg, T, d)
     # direct: f = softmax(X Q Q^T X^T/d) X, y = T Z
     h = torch.einsum("snld,swidr->swinlr", X, Q) / math.sqrt(d)
     S = torch.softmax(h @ h.transpose(-1, -2), -1)

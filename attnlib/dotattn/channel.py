@@ -1,0 +1,270 @@
+"""The channel of Chapter 3: field-space loss, its proximal map, the conjugate (hat) equations,
+the prior half step, the free entropy, the test error and the linear positional baseline."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .model import _DT
+from .quadrature import gauss_hermite_4d
+
+
+def _self_attention_diag(x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Diagonal of softmax_row(x x^T) for two scalar fields: S11 = sig(x1(x1-x2)), S22 = sig(x2(x2-x1))."""
+    a = x1 - x2
+    return torch.sigmoid(x1 * a), torch.sigmoid(-x2 * a)
+
+
+def _teacher_diag(h1, h2, omega, A):
+    """Diagonal of T = (1-omega) softmax(h h^T) + omega A for L = 2."""
+    s1, s2 = _self_attention_diag(h1, h2)
+    return (1 - omega) * s1 + omega * A[0][0], (1 - omega) * s2 + omega * A[1][1]
+
+
+def _loss_grad_hess(x1, x2, t1, t2, sigma2):
+    """Field-space loss ell = sigma^2[(S11-T11)^2 + (S22-T22)^2], its gradient and Hessian in x.
+
+    All arguments broadcast; returns ``ell, (g1, g2), (h11, h12, h22)``.
+    """
+    a = x1 - x2
+    s1 = torch.sigmoid(x1 * a)
+    s2 = torch.sigmoid(-x2 * a)
+    r1, r2 = s1 - t1, s2 - t2
+    d1, d2 = s1 * (1 - s1), s2 * (1 - s2)
+    dd1, dd2 = d1 * (1 - 2 * s1), d2 * (1 - 2 * s2)
+    # gradients of the two scores z1 = x1(x1-x2), z2 = x2(x2-x1)
+    z1a, z1b = 2 * x1 - x2, -x1
+    z2a, z2b = -x2, 2 * x2 - x1
+    c = 2 * sigma2
+    ell = sigma2 * (r1 * r1 + r2 * r2)
+    g1 = c * (r1 * d1 * z1a + r2 * d2 * z2a)
+    g2 = c * (r1 * d1 * z1b + r2 * d2 * z2b)
+    k1 = d1 * d1 + r1 * dd1
+    k2 = d2 * d2 + r2 * dd2
+    e1, e2 = r1 * d1, r2 * d2  # multiply the constant score Hessians [[2,-1],[-1,0]], [[0,-1],[-1,2]]
+    h11 = c * (k1 * z1a * z1a + k2 * z2a * z2a + 2 * e1)
+    h12 = c * (k1 * z1a * z1b + k2 * z2a * z2b - e1 - e2)
+    h22 = c * (k1 * z1b * z1b + k2 * z2b * z2b + 2 * e2)
+    return ell, (g1, g2), (h11, h12, h22)
+
+
+_HALVINGS = 0.5 ** torch.arange(1, 41, dtype=torch.float64)
+
+
+def _prox_objective(y1, y2, u1, u2, t1, t2, iV, sigma2):
+    a = y1 - y2
+    r1 = torch.sigmoid(y1 * a) - t1
+    r2 = torch.sigmoid(-y2 * a) - t2
+    return 0.5 * iV * ((y1 - u1) ** 2 + (y2 - u2) ** 2) + sigma2 * (r1 * r1 + r2 * r2)
+
+
+def prox_newton(u1, u2, t1, t2, V, sigma2, x0=None, max_iter: int = 60, tol: float = 1e-10):
+    """Batched proximal map of the field-space loss by safeguarded Newton steps.
+
+    Solves, independently for every entry of the broadcast inputs,
+
+    .. math:: x^* = \\arg\\min_{x\\in\\mathbb R^2}\\; \\frac{\\lVert x-u\\rVert^2}{2V} + \\ell(x;T),
+              \\quad \\ell = \\sigma^2[(S_{11}(x)-T_{11})^2+(S_{22}(x)-T_{22})^2].
+
+    Where the 2x2 Hessian is not safely positive definite it is shifted (a regularised Newton step);
+    a backtracking (Armijo) line search guarantees descent. Entries leave the computation once their
+    gradient is below ``tol``, and the line search runs only on the entries whose full step failed,
+    so the cost is set by the hard entries, not by the whole batch. Starts at ``x0`` (a pair of
+    tensors; default 0, like the reference scheme). Returns ``(x1, x2, n_iter)``.
+    """
+    shape = torch.broadcast_shapes(u1.shape, u2.shape, t1.shape, t2.shape, V.shape)
+    flat = lambda v: v.expand(shape).reshape(-1)  # noqa: E731
+    u1, u2, t1, t2 = flat(u1), flat(u2), flat(t1), flat(t2)
+    iV = flat(1.0 / V)
+    if x0 is None:
+        x1 = torch.zeros_like(u1)
+        x2 = torch.zeros_like(u1)
+    else:
+        x1, x2 = flat(x0[0]).clone(), flat(x0[1]).clone()
+    act = torch.arange(u1.shape[0], device=u1.device)
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        a1, a2, b1, b2, c1, c2, iv = x1[act], x2[act], u1[act], u2[act], t1[act], t2[act], iV[act]
+        _, (g1, g2), (h11, h12, h22) = _loss_grad_hess(a1, a2, c1, c2, sigma2)
+        g1 = g1 + iv * (a1 - b1)
+        g2 = g2 + iv * (a2 - b2)
+        keep = torch.maximum(g1.abs(), g2.abs()) >= tol
+        if not bool(keep.any()):
+            break
+        act, a1, a2, b1, b2, c1, c2, iv = (v[keep] for v in (act, a1, a2, b1, b2, c1, c2, iv))
+        g1, g2, h11, h12, h22 = (v[keep] for v in (g1, g2, h11, h12, h22))
+        h11 = h11 + iv
+        h22 = h22 + iv
+        # smallest eigenvalue of the 2x2 Hessian: where it is positive take the plain Newton step
+        # (quadratic convergence even when the minimum is flat), where the objective is locally
+        # non-convex shift the spectrum up to 0.05/V (a regularised step; the line search guards)
+        lmin = 0.5 * (h11 + h22) - torch.sqrt(0.25 * (h11 - h22) ** 2 + h12 * h12)
+        shift = torch.where(lmin > 1e-8 * iv, torch.zeros_like(lmin), 0.05 * iv - lmin)
+        h11, h22 = h11 + shift, h22 + shift
+        det = h11 * h22 - h12 * h12
+        p1 = -(h22 * g1 - h12 * g2) / det
+        p2 = -(-h12 * g1 + h11 * g2) / det
+        f0 = _prox_objective(a1, a2, b1, b2, c1, c2, iv, sigma2)
+        slope = g1 * p1 + g2 * p2
+        f1 = _prox_objective(a1 + p1, a2 + p2, b1, b2, c1, c2, iv, sigma2)
+        # Armijo condition; a step whose predicted decrease is below round-off is accepted
+        ok = (f1 <= f0 + 1e-4 * slope) | (-slope < 1e-14 * f0.abs())
+        step = torch.ones_like(f0)
+        bad = torch.nonzero(~ok).squeeze(1)
+        if bad.numel():
+            # backtracking, all trial steps 2^-1 .. 2^-40 at once: take the longest that satisfies
+            # the Armijo condition (one batched evaluation instead of a loop of halvings)
+            sb = _HALVINGS.to(f0)[None, :]
+            ba1, ba2, bb1, bb2, bc1, bc2, biv, bp1, bp2, bf0, bsl = (
+                v[bad][:, None] for v in (a1, a2, b1, b2, c1, c2, iv, p1, p2, f0, slope))
+            fb = _prox_objective(ba1 + sb * bp1, ba2 + sb * bp2, bb1, bb2, bc1, bc2, biv, sigma2)
+            okb = fb <= bf0 + 1e-4 * sb * bsl
+            first = torch.argmax(okb.to(torch.int8), dim=1)
+            step[bad] = torch.where(okb.any(1), sb[0, first], torch.zeros_like(first, dtype=f0.dtype))
+        x1[act] = a1 + step * p1
+        x2[act] = a2 + step * p2
+        # an entry whose predicted decrease is below round-off of the objective is stationary
+        act = act[step * (-slope) > 1e-15 * f0.abs()]
+        if act.numel() == 0:
+            break
+    return x1.reshape(shape), x2.reshape(shape), it
+
+
+def _fields(q, m, theta, sigma2, nodes):
+    """Student fields u and teacher fields h* at the quadrature nodes; inputs (P,), outputs (P, N)."""
+    xi1, xi2, eta1, eta2 = (nodes[:, i] for i in range(4))
+    sq = torch.sqrt(q)[:, None]
+    rho = sigma2
+    c = (theta / torch.sqrt(q))[:, None]
+    s = torch.sqrt(torch.clamp(rho - theta * theta / q, min=1e-300))[:, None]
+    u1 = m[:, None] + sq * xi1
+    u2 = -m[:, None] + sq * xi2
+    h1 = c * xi1 + s * eta1
+    h2 = c * xi2 + s * eta2
+    return u1, u2, h1, h2, s[:, 0]
+
+
+def channel_hats(q, m, theta, V, alpha, omega, sigma, A, nodes, weights, x0=None):
+    """Conjugate overlaps from the channel (one damped-iteration half step), batched over points.
+
+    For every point (inputs of shape ``(P,)``; ``omega`` and ``alpha`` too) with
+    :math:`u_1=m+\\sqrt q\\xi_1,\\ u_2=-m+\\sqrt q\\xi_2`,
+    :math:`h^*_\\ell=(\\theta/\\sqrt q)\\xi_\\ell+\\sqrt{\\rho-\\theta^2/q}\\,\\eta_\\ell`,
+    :math:`g=(x^*-u)/V`:
+
+    .. math::
+        \\hat q=\\alpha\\mathbb E[g_1^2+g_2^2],\\quad \\hat m=\\alpha\\mathbb E[g_1-g_2],\\quad
+        \\hat\\theta=\\frac{\\alpha\\mathbb E[g_1\\eta_1+g_2\\eta_2]}{\\sqrt{\\rho-\\theta^2/q}},\\quad
+        \\hat V=-\\frac{\\alpha\\mathbb E[g_1\\xi_1+g_2\\xi_2]}{\\sqrt q}+\\frac{\\theta\\hat\\theta}{q}.
+
+    Returns a dict with ``qh, mh, th, Vh`` and the averages ``E_ell`` (loss at the proximal point)
+    and ``E_env`` (Moreau envelope), all of shape ``(P,)``, and the proximal points ``x`` (a pair
+    of ``(P, N)`` tensors) that can warm-start the next call through ``x0``.
+    """
+    sigma2 = sigma * sigma
+    u1, u2, h1, h2, s = _fields(q, m, theta, sigma2, nodes)
+    om = omega[:, None]
+    t1, t2 = _teacher_diag(h1, h2, om, A)
+    Vc = V[:, None]
+    x1, x2, n_newton = prox_newton(u1, u2, t1, t2, Vc, sigma2, x0=x0)
+    g1 = (x1 - u1) / Vc
+    g2 = (x2 - u2) / Vc
+    w = weights
+    xi1, xi2, eta1, eta2 = (nodes[:, i] for i in range(4))
+    ell = sigma2 * ((torch.sigmoid(x1 * (x1 - x2)) - t1) ** 2 + (torch.sigmoid(-x2 * (x1 - x2)) - t2) ** 2)
+    E = lambda f: f @ w  # noqa: E731
+    qh = alpha * E(g1 * g1 + g2 * g2)
+    mh = alpha * E(g1 - g2)
+    th = alpha * E(g1 * eta1 + g2 * eta2) / s
+    Vh = -alpha * E(g1 * xi1 + g2 * xi2) / torch.sqrt(q) + theta * th / q
+    E_ell = E(ell)
+    E_env = E_ell + 0.5 * V * E(g1 * g1 + g2 * g2)
+    return {"qh": qh, "mh": mh, "th": th, "Vh": Vh, "E_ell": E_ell, "E_env": E_env,
+            "x": (x1, x2), "n_newton": n_newton}
+
+
+def prior_overlaps(qh, mh, th, Vh, lam, sigma):
+    """Overlaps from the conjugates: the closed-form ridge (Gaussian prior) half step.
+
+    .. math::
+        V=\\frac{\\sigma^2}{\\lambda+\\sigma^2\\hat V},\\ m=\\frac{\\hat m}{\\lambda+\\sigma^2\\hat V},\\
+        \\theta=\\frac{\\sigma^2\\rho\\hat\\theta}{\\lambda+\\sigma^2\\hat V},\\
+        q=\\frac{\\sigma^2(\\sigma^2\\hat q+\\hat m^2+\\sigma^2\\rho\\hat\\theta^2)}
+        {(\\lambda+\\sigma^2\\hat V)^2},
+        \\quad\\rho=\\sigma^2.
+    """
+    s2 = sigma * sigma
+    rho = s2
+    den = lam + s2 * Vh
+    V = s2 / den
+    m = mh / den
+    theta = s2 * rho * th / den
+    q = s2 * (s2 * qh + mh * mh + s2 * rho * th * th) / den**2
+    return q, m, theta, V
+
+
+def free_entropy(q, m, theta, V, hats, alpha, lam, sigma):
+    """Replica free entropy at a fixed point; the training loss is :math:`\\varepsilon_t=-\\Phi`.
+
+    .. math::
+        \\Phi=\\tfrac12(\\hat Vq-\\hat qV)-m\\hat m-\\theta\\hat\\theta
+        +\\frac{\\sigma^2\\hat q+\\hat m^2+\\sigma^2\\rho\\hat\\theta^2}{2(\\lambda+\\sigma^2\\hat V)}
+        -\\alpha\\,\\mathbb E\\,\\mathcal M(u,h^*).
+    """
+    s2 = sigma * sigma
+    qh, mh, th, Vh = hats["qh"], hats["mh"], hats["th"], hats["Vh"]
+    prior = 0.5 * (s2 * qh + mh * mh + s2 * s2 * th * th) / (lam + s2 * Vh)
+    return 0.5 * (Vh * q - qh * V) - m * mh - theta * th + prior - alpha * hats["E_env"]
+
+
+def test_error_theory(q, m, theta, omega, sigma, A, n_nodes: int = 20):
+    """Test error of a student with overlaps (q, m, theta): no proximal step, bare fields.
+
+    .. math:: \\varepsilon_g=\\sigma^2\\,\\mathbb E\\big[(S_{11}(u)-T_{11}(h^*))^2
+              +(S_{22}(u)-T_{22}(h^*))^2\\big]
+              =\\tfrac{\\sigma^2}{2}\\mathbb E\\lVert S(u)-T(h^*)\\rVert_F^2
+
+    (rows of S and T sum to one). Inputs of shape ``(P,)``; product Gauss-Hermite with ``n_nodes``
+    per dimension.
+    """
+    q, m, theta, omega = (torch.as_tensor(v, dtype=_DT) for v in (q, m, theta, omega))
+    q, m, theta, omega = torch.broadcast_tensors(q, m, theta, omega)
+    q, m, theta, omega = (v.reshape(-1) for v in (q, m, theta, omega))
+    nodes, weights = gauss_hermite_4d(n_nodes, device=q.device)
+    sigma2 = sigma * sigma
+    out = []
+    for i in range(q.shape[0]):  # one point at a time keeps memory at n_nodes**4
+        sl = slice(i, i + 1)
+        u1, u2, h1, h2, _ = _fields(q[sl], m[sl], theta[sl], sigma2, nodes)
+        t1, t2 = _teacher_diag(h1, h2, omega[sl, None], A)
+        s1, s2 = _self_attention_diag(u1, u2)
+        out.append(sigma2 * (((s1 - t1) ** 2 + (s2 - t2) ** 2) @ weights))
+    return torch.cat(out)
+
+
+def linear_baseline_error(omega, sigma: float = 0.5, n_nodes: int = 200) -> np.ndarray:
+    """Test error of the best purely positional linear mixer :math:`f_B(Z)=BZ` (large-d limit).
+
+    .. math:: B^*=\\mathbb E[T],\\qquad
+              \\varepsilon_g^{\\rm lin}=2\\sigma^2(1-\\omega)^2\\,
+              \\mathrm{Var}\\big[\\mathrm{sig}(h_1(h_1-h_2))\\big],\\quad h\\sim\\mathcal N(0,\\sigma^2I_2),
+
+    independent of A. The 2-d integral uses a product Gauss-Hermite rule in the rotated variables
+    :math:`a=h_1-h_2, b=h_1+h_2` (independent) on which the integrand is smooth.
+    """
+    omega = np.asarray(omega, dtype=float)
+    x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
+    w = w / w.sum()
+    s = sigma * math.sqrt(2.0)  # a = h1 - h2, b = h1 + h2 are independent N(0, 2 sigma^2)
+    a = s * x[:, None]
+    b = s * x[None, :]
+    h1 = 0.5 * (a + b)
+    sig = 1.0 / (1.0 + np.exp(-h1 * a))
+    W = w[:, None] * w[None, :]
+    mean = (sig * W).sum()
+    var = ((sig - mean) ** 2 * W).sum()
+    return 2 * sigma**2 * (1 - omega) ** 2 * var
+
