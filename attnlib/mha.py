@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linprog
+from scipy.optimize import linprog, nnls
 
 from ._validation import check_float, check_int
 from .attention import softmax
@@ -52,6 +52,12 @@ __all__ = [
     "enumerate_heads",
     "polish_heads",
     "recover_heads",
+    "random_start_search",
+    "sum_estimate",
+    "certification_tolerance",
+    "cube_tokens",
+    "limit_events",
+    "CubeBody",
     "relative_test_error",
     "matched_errors",
     "train_adam",
@@ -74,35 +80,54 @@ class MHAConfig:
     k: int = 3  # tokens per sequence of the recovery experiments
     theta_norm: float = 4.0  # ||Theta_i||_F of the recovery instances (large-margin regime)
     eta: float = 0.05  # certified events: every head puts mass >= 1 - eta on one token
-    n_examples: tuple = (250, 1000, 4000)  # numbers of examples of the recovery curves
-    n_instances: int = 2  # random instances per point of the recovery curves
+    n_ablation: int = 2000  # examples per instance of the ablation
+    ablation_instances: int = 6  # random instances per setting of the ablation
+    ablation_heads: tuple = (1, 2)  # numbers of heads m of the ablation
+    sharp_norm: float = 16.0  # ||Theta_i||_F of the sharp regime where local search fails
+    sharp_instances: int = 4  # instances of the sharp regime
+    sharp_heads: tuple = (2,)  # numbers of heads m of the sharp regime
+    polish_examples: int = 500  # examples the local search fits (noise-free: enough to identify)
+    restarts: int = 2  # extra polish starts (runners-up of the net; random starts get 1 + restarts)
     body_d: int = 6  # token dimension of the sculpting figure (k = 3, m = 2)
     body_examples: tuple = (250, 1000, 4000, 16000)  # examples of the sculpting figure
+    limit_dims: tuple = (4, 5, 6, 7)  # token dimensions of the exact N = infinity bodies
+    limit_ks: tuple = (2, 3)  # sequence lengths of the exact N = infinity bodies
+    limit_instances: int = 3  # random pairs of heads per point of the limit-thickness figure
     n_test: int = 2000  # fresh examples for test errors
     grid: int = 5  # points per axis of the enumeration net over m x m coefficients
     moment_samples: int = 20_000  # Monte Carlo samples per first-moment point
     regime_samples: int = 1_000  # sequences per point of the regime figure
     regime_k: int = 32  # tokens of the regime figure
     regime_d: int = 24  # token dimension of the regime figure
-    adam_steps: int = 1_000  # Adam steps of the baseline
+    adam_steps: int = 1_000  # Adam steps on the nice instance
+    adam_max_steps: int = 3_000  # cap of the plateau criterion on the hard family
     adam_seeds: int = 4  # seeds (initialisations) batched together
     adam_train: int = 4_000  # training examples of the baseline
-    hard_dims: tuple = (6, 12)  # token dimensions of the hard family
-    hard_heads: tuple = (1, 3)  # heads r of the hard family
+    hard_dims: tuple = (6, 12, 24)  # token dimensions of the hard family
+    hard_heads: tuple = (1, 2, 3)  # gates r of the hard family
+    hard_share: float = 0.25  # share of the output variance carried by the hidden component
 
     def __post_init__(self):
         check_int("d", self.d, minimum=2)
         check_int("k", self.k, minimum=2)
         check_float("theta_norm", self.theta_norm, minimum=0.0, strict=True)
         check_float("eta", self.eta, minimum=0.0, maximum=0.5, strict=True)
-        for n in self.n_examples:
-            check_int("n_examples", n, minimum=1)
-        for name in ("n_instances", "n_test", "grid", "moment_samples", "regime_samples",
-                     "adam_steps", "adam_seeds", "adam_train"):
+        for name in ("n_ablation", "ablation_instances", "sharp_instances", "polish_examples",
+                     "n_test", "grid", "moment_samples", "regime_samples", "adam_steps",
+                     "adam_max_steps", "adam_seeds", "adam_train", "limit_instances"):
             check_int(name, getattr(self, name), minimum=1)
+        check_int("restarts", self.restarts, minimum=0)
+        check_float("sharp_norm", self.sharp_norm, minimum=0.0, strict=True)
+        check_float("hard_share", self.hard_share, minimum=0.0, maximum=1.0, strict=True)
+        for m in (*self.ablation_heads, *self.sharp_heads):
+            check_int("ablation_heads", m, minimum=1, maximum=3)
         for n in self.body_examples:
             check_int("body_examples", n, minimum=1)
         check_int("body_d", self.body_d, minimum=3)
+        for dim in self.limit_dims:
+            check_int("limit_dims", dim, minimum=3, maximum=9)
+        for k in self.limit_ks:
+            check_int("limit_ks", k, minimum=2, maximum=3)
         check_int("regime_k", self.regime_k, minimum=2)
         check_int("regime_d", self.regime_d, minimum=2)
         for dim in self.hard_dims:
@@ -114,10 +139,11 @@ class MHAConfig:
 PROFILES = {
     "quick": MHAConfig(),
     "full": MHAConfig(
-        d=10, k=4, n_examples=(500, 2000, 8000, 32000), n_instances=8, n_test=20_000,
-        body_examples=(250, 1000, 4000, 16000, 64000), grid=9, moment_samples=400_000,
-        regime_samples=20_000, adam_steps=6_000, adam_seeds=32, adam_train=50_000,
-        hard_dims=(6, 12, 24, 48), hard_heads=(1, 2, 3),
+        n_ablation=4000, ablation_instances=20, ablation_heads=(1, 2, 3), sharp_instances=20,
+        sharp_heads=(2, 3), polish_examples=1000, n_test=20_000,
+        body_examples=(250, 1000, 4000, 16000, 64000), limit_dims=(4, 5, 6, 7, 8),
+        limit_instances=8, moment_samples=400_000, regime_samples=20_000, adam_steps=6_000,
+        adam_max_steps=20_000, adam_seeds=8, adam_train=50_000, hard_dims=(6, 12, 24, 48),
     ),
 }
 
@@ -398,7 +424,55 @@ def refine_sum_estimate(X, Y, starts, schedule=(0.1, 0.05, 0.02, 0.01), rounds: 
             copies = -1
         if copies > best[0]:
             best = (copies, w)
-    return best[1]
+    return best[1] if best[1] is not None else _t(starts[0], X.device)
+
+
+def sum_estimate(X, Y):
+    """Phases 1 and 3 without an oracle: an estimate of ``W = sum_i W_i`` and of its error.
+
+    Starting points of the refinement (:func:`refine_sum_estimate`) are the first moment
+    (:func:`crude_sum_estimate`), the token regression (:func:`token_regression_sum`) and the
+    inverse of the row-sum regression (:func:`inverse_projection_from_rowsums`, exact for one
+    head). The error is estimated by refining the two halves of the data separately:
+    ``err_hat = ||W_hat^{-T} (W_A - W_B)^T||_{inf->inf} / 2``, the largest distance by which the
+    disagreement of the halves can move ``W^{-T} y`` for a token ``y = W^T x`` of the cube
+    (half of it, since each half has twice the variance of the whole).
+
+    Returns ``(w_hat, err_hat)``: a ``(d, d)`` tensor and a float.
+    """
+    X, Y = _t(X), _t(Y)
+
+    def one(Xs, Ys):
+        starts = [crude_sum_estimate(Xs, Ys), token_regression_sum(Xs, Ys)]
+        try:
+            starts.append(torch.linalg.inv(inverse_projection_from_rowsums(Xs, Ys)))
+        except RuntimeError:  # singular: no row-sum start
+            pass
+        return refine_sum_estimate(Xs, Ys, starts)
+
+    w_hat = one(X, Y)
+    w_a, w_b = one(X[0::2], Y[0::2]), one(X[1::2], Y[1::2])
+    try:
+        gap = torch.linalg.solve(w_hat.T, (w_a - w_b).T)  # W_hat^{-T} (W_A - W_B)^T
+        err = 0.5 * float(gap.abs().sum(1).max())
+    except RuntimeError:
+        err = math.inf
+    return w_hat, err
+
+
+def certification_tolerance(eta: float, sum_error: float) -> float:
+    """Tolerance of :func:`certify_events` derived from the margin ``eta`` and the estimated error
+    of ``sum_i W_i``: ``tol = eta + sum_error``.
+
+    If every head moves mass ``mu`` from key ``b`` to one other key ``c`` and the heads share one
+    projection, ``W^{-T} y_a = x_b + mu (x_c - x_b)`` is at infinity-distance ``2 mu`` from ``x_b``;
+    ``tol = eta`` therefore admits rows with ``mu <= eta / 2``, a factor two inside the events
+    ``mu <= eta`` whose halfspaces (margin ``log((1-eta)/eta)``) are added to the body. An error
+    ``sum_error`` of the estimate moves ``W_hat^{-T} y_a`` by at most ``sum_error``.
+    """
+    check_float("eta", eta, minimum=0.0, maximum=0.5, strict=True)
+    check_float("sum_error", sum_error, minimum=0.0)
+    return float(eta + sum_error)
 
 
 def constraint_matrix(X, events, eta: float):
@@ -421,35 +495,6 @@ def constraint_matrix(X, events, eta: float):
     diff = xb[:, None, :] - xc  # (E, k-1, d)
     A = torch.einsum("ed,ecf->ecdf", xa, diff).reshape(-1, d * d)
     return A.cpu().numpy(), math.log((1 - eta) / eta)
-
-
-def _nnls(E: np.ndarray, f: np.ndarray, maxiter: int | None = None) -> np.ndarray:
-    """Lawson-Hanson active-set solver of ``min_{u >= 0} ||E u - f||`` (a small NumPy version:
-    the passive set never exceeds the number of rows of ``E``, which is small here)."""
-    rows, cols = E.shape
-    maxiter = 3 * cols if maxiter is None else maxiter
-    tol = 10 * np.finfo(float).eps * np.abs(E).max() * max(rows, cols)
-    P = np.zeros(cols, dtype=bool)
-    u = np.zeros(cols)
-    for _ in range(maxiter):
-        grad = E.T @ (f - E @ u)
-        grad[P] = -np.inf
-        j = int(np.argmax(grad))
-        if grad[j] <= tol:
-            break
-        P[j] = True
-        while True:
-            z = np.zeros(cols)
-            z[P] = np.linalg.lstsq(E[:, P], f, rcond=None)[0]
-            if (z[P] > tol).all():
-                u = z
-                break
-            bad = P & (z <= tol)
-            alpha = np.min(u[bad] / (u[bad] - z[bad]))
-            u = u + alpha * (z - u)
-            P &= u > tol
-            u[~P] = 0.0
-    return u
 
 
 class Body:
@@ -508,7 +553,7 @@ class Body:
         E = np.vstack([self.A.T, self.tau * np.ones((1, self.A.shape[0]))])
         f = np.zeros(self.dim + 1)
         f[-1] = 1.0
-        u = _nnls(E, f)
+        u, _ = nnls(E, f, maxiter=50 * E.shape[1])  # Lawson-Hanson active set
         r = E @ u - f
         if abs(r[-1]) < 1e-12:
             raise ValueError("the body is empty (certified constraints are inconsistent)")
@@ -639,8 +684,8 @@ def _kmeans_directions(V: np.ndarray, m: int, seed: int = 0) -> np.ndarray:
 
 def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: int = 8,
                   polish_iterations: int = 300, seed: int = 0, w_sum=None,
-                  cert_tol: float = 2e-2, zooms: int = 1, net_examples: int = 100,
-                  polish_examples: int = 1000, restarts: int = 2):
+                  cert_tol: float | None = None, zooms: int = 1, net_examples: int = 100,
+                  polish_examples: int = 1000, restarts: int = 2, polish: bool = True):
     """The whole (simplified, reconstructed) pipeline of chapter 2 on examples ``(X, Y)``.
 
     1. crude ``sum W_i`` (first moment); 2. refined ``sum W_i`` from rows that copy one token;
@@ -650,18 +695,24 @@ def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: 
     ``W_i``, the best one polished by variable projection (and, if that does not fit the data to
     round-off, up to ``restarts`` runners-up of the net as further starting points).
 
-    ``w_sum`` replaces steps 1-2 by a given sum (oracle control). Returns a dict with the heads
-    (``theta``, ``w``) and diagnostics of every phase.
+    Steps 1-2 use the data only (:func:`sum_estimate`); ``w_sum`` replaces them by a given sum
+    (an oracle control, not used by the learner). The certification tolerance is
+    :func:`certification_tolerance` of ``eta`` and the estimated error of the sum unless
+    ``cert_tol`` is given. With ``polish=False`` the phases stop at the net (``theta`` is the net's
+    best candidate). Returns a dict with the heads (``theta``, ``w``) and diagnostics of every
+    phase.
     """
     X, Y = _t(X), _t(Y)
     n, k, d = X.shape
     out = {}
     crude = crude_sum_estimate(X, Y)
     if w_sum is None:
-        w_hat = refine_sum_estimate(X, Y, [crude, token_regression_sum(X, Y)])
+        w_hat, sum_err = sum_estimate(X, Y)
     else:
-        w_hat = _t(w_sum, X.device)
-    out["crude_sum"], out["w_sum"] = crude, w_hat
+        w_hat, sum_err = _t(w_sum, X.device), 0.0
+    if cert_tol is None:
+        cert_tol = certification_tolerance(eta, sum_err)
+    out.update(crude_sum=crude, w_sum=w_hat, sum_error=sum_err, cert_tol=cert_tol)
     events, _ = certify_events(X, Y, w_hat, tol=cert_tol)
     out["events"] = events
     if len(events) < 2:
@@ -689,19 +740,136 @@ def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: 
         X[sub], Y[sub], basis, center, width, grid, zooms=zooms, keep=restarts)
     out.update(net_residual=res_net, n_candidates=ncand, enumeration_seconds=secs,
                theta_vertices=torch.as_tensor(heads0.reshape(m, d, d)), theta_net=theta_net)
-    fit = slice(0, min(n, polish_examples))  # noise-free: a subsample determines the layer
+    fit = slice(0, min(n, polish_examples))
+    if not polish:
+        out["theta"] = theta_net
+        out["w"] = out["w_net"] = lstsq_projections(X[fit], Y[fit], theta_net)[0]
+        out["polish_starts"] = 0
+        return out
     best = (math.inf, None, None)
     out["polish_starts"] = 0
     for start in [theta_net, *others]:  # local search from the best net points
         theta, w = polish_heads(X[fit], Y[fit], start, iterations=polish_iterations)
         _, res = lstsq_projections(X[fit], Y[fit], theta)
         out["polish_starts"] += 1
+        if out["polish_starts"] == 1:  # the polish started from the net's output alone
+            out["theta_first_polish"], out["w_first_polish"] = theta, w
         if float(res) < best[0]:
             best = (float(res), theta, w)
         if best[0] < 1e-16:
             break
     out["theta"], out["w"] = best[1], best[2]
+    out["w_net"] = lstsq_projections(X[fit], Y[fit], theta_net)[0]
     return out
+
+
+def random_start_search(X, Y, m: int, starts: int, theta_norm: float,
+                        generator: torch.Generator | None = None, iterations: int = 300,
+                        examples: int = 1000):
+    """Local search alone (the ablation of chapter 2): :func:`polish_heads` from ``starts`` random
+    Gaussian starting points with ``||Theta_i||_F = theta_norm``, no body, no net, no estimate of
+    ``sum_i W_i``; the start with the smallest training residual is kept.
+
+    Returns ``(theta, w, residual)``.
+    """
+    X, Y = _t(X), _t(Y)
+    n, _, d = X.shape
+    fit = slice(0, min(n, examples))
+    best = (math.inf, None, None)
+    for _ in range(starts):
+        th0 = torch.randn(m, d, d, generator=generator, device=X.device, dtype=DTYPE)
+        th0 = th0 * (theta_norm / th0.flatten(1).norm(dim=1))[:, None, None]
+        theta, w = polish_heads(X[fit], Y[fit], th0, iterations=iterations)
+        res = float(lstsq_projections(X[fit], Y[fit], theta)[1])
+        if res < best[0]:
+            best = (res, theta, w)
+        if res < 1e-16:
+            break
+    return best[1], best[2], best[0]
+
+
+# --------------------------------------------------------------------------------------------
+# the body in the limit of infinitely many examples
+# --------------------------------------------------------------------------------------------
+def cube_tokens(d: int, device=None) -> torch.Tensor:
+    """All ``2^d`` points of ``{-1,+1}^d`` as a float64 tensor ``(2^d, d)``."""
+    check_int("d", d, minimum=1, maximum=16)
+    idx = torch.arange(2**d, device=device)
+    bits = (idx[:, None] >> torch.arange(d - 1, -1, -1, device=device)) & 1
+    return bits.to(DTYPE) * 2.0 - 1.0
+
+
+def limit_events(theta, eta: float, k: int = 3):
+    """Every halfspace that oracle-certified events can ever add: the body at ``N = infinity``.
+
+    A sequence's row ``a`` depends on the query token and the set of the other ``k - 1`` tokens
+    (sequences with a repeated token are skipped, as in :func:`oracle_events`). Enumerating the
+    query ``q`` and all sets of ``k - 1`` other distinct tokens of the cube, a row is an event
+    when every head puts mass ``>= 1 - eta`` on one key ``b``; it adds the halfspaces
+    ``<Theta, x_q (x_b - x_c)^T> >= tau`` for the other keys ``c``. Since the cube is finite, the
+    set of such triples ``(q, b, c)`` is finite and the body converges to the polyhedron they
+    define. Cost: ``2^d * C(2^d - 1, k - 1)`` rows.
+
+    Returns an int64 tensor ``(E, 3)`` of distinct token indices ``(q, b, c)`` into
+    :func:`cube_tokens`.
+    """
+    theta = _t(theta)
+    d = theta.shape[-1]
+    check_int("k", k, minimum=2, maximum=4)
+    T = cube_tokens(d, theta.device)
+    P = torch.einsum("qd,mde,be->mqb", T, theta, T)  # all scores (m, 2^d, 2^d)
+    n = T.shape[0]
+    combos = torch.combinations(torch.arange(n, device=theta.device), k - 1)  # (C, k-1)
+    active = torch.zeros(n, n, n, dtype=torch.bool, device=theta.device)
+    for q in range(n):
+        others = combos[(combos != q).all(1)]
+        keys = torch.cat([torch.full((len(others), 1), q, device=theta.device), others], 1)
+        S = torch.softmax(P[:, q][:, keys], dim=-1).amin(0)  # (C, k): least mass over heads
+        top, b = S.max(-1)
+        hit = top >= 1.0 - eta
+        if not hit.any():
+            continue
+        kh, bh = keys[hit], b[hit]
+        kb = kh.gather(1, bh[:, None])  # winner
+        for j in range(k):
+            sel = bh != j
+            active[q, kb[sel, 0], kh[sel, j]] = True
+    return torch.nonzero(active)
+
+
+class CubeBody:
+    """The body of :func:`limit_events` (``N = infinity``): ``K = {Theta : x_q^T Theta (x_b - x_c)
+    >= tau}`` over the enumerated triples, evaluated through score tables ``T Theta T^T`` of the
+    ``2^d`` tokens instead of a constraint matrix. Offers the same queries as :class:`Body`."""
+
+    def __init__(self, triples, tau: float, d: int):
+        self.triples = torch.as_tensor(triples).long().cpu()
+        self.tau = float(tau)
+        self.d = d
+        self.tokens = cube_tokens(d)
+
+    def _lin(self, theta) -> np.ndarray:
+        t = _t(np.asarray(theta, dtype=np.float64).reshape(self.d, self.d))
+        P = self.tokens @ t @ self.tokens.T
+        q, b, c = self.triples.unbind(1)
+        return (P[q, b] - P[q, c]).numpy()
+
+    def slack(self, theta) -> np.ndarray:
+        """``<Theta, x_q (x_b - x_c)^T> - tau`` for every halfspace (``>= 0`` inside)."""
+        return self._lin(theta) - self.tau
+
+    def contains(self, theta, tol: float = 1e-9) -> bool:
+        return bool((self.slack(theta) >= -tol).all())
+
+    def extent(self, center, direction) -> float:
+        """Largest ``t >= 0`` with ``center + t * direction`` in ``K`` (``inf`` if unbounded)."""
+        s, rate = self.slack(center), self._lin(direction)
+        neg = rate < 0
+        if not neg.any():
+            return math.inf
+        return float(max(0.0, np.min(s[neg] / -rate[neg])))
+
+    cross_section = Body.cross_section  # the same ray casting, on this body's extent
 
 
 # --------------------------------------------------------------------------------------------
@@ -741,7 +909,7 @@ def matched_errors(theta_hat, w_hat, theta, w):
 # --------------------------------------------------------------------------------------------
 def train_adam(X, Y, m: int, seeds: int, steps: int, lr: float = 3e-3, batch: int = 512,
                init_scale: float = 0.1, init=None, generator: torch.Generator | None = None,
-               X_test=None, Y_test=None, log_every: int = 100):
+               X_test=None, Y_test=None, log_every: int = 100, plateau: tuple | None = None):
     """Adam on the square loss, ``seeds`` independent models trained side by side.
 
     The parameters are stacked ``(seeds, m, d, d)``; since Adam acts coordinate-wise and the
@@ -749,6 +917,10 @@ def train_adam(X, Y, m: int, seeds: int, steps: int, lr: float = 3e-3, batch: in
     ``init=(theta, w)`` gives starting points ``(seeds, m, d, d)`` (warm start); otherwise
     ``N(0, init_scale^2)``. Returns a dict with the final ``theta``, ``w`` and the curve of
     relative test errors ``(log points, seeds)`` measured on ``(X_test, Y_test)``.
+
+    ``plateau=(window, rel)`` stops early, at a logged step, once for every seed the smallest
+    test error of the last ``window`` steps is not ``rel`` (relatively) below the smallest one
+    before them; ``steps`` is then a cap. The dict's ``"stopped"`` is the last step taken.
     """
     X, Y = _t(X), _t(Y)
     n, k, d = X.shape
@@ -773,6 +945,12 @@ def train_adam(X, Y, m: int, seeds: int, steps: int, lr: float = 3e-3, batch: in
                 err = ((mha_forward(Xt, theta, w) - Yt) ** 2).sum((-1, -2, -3)) / var
             curve.append(err.cpu())
             at.append(step)
+            if plateau is not None and step >= 2 * plateau[0]:
+                back = plateau[0] // log_every
+                hist = torch.stack(curve)
+                recent, before = hist[-back:].amin(0), hist[:-back].amin(0)
+                if bool((recent >= (1.0 - plateau[1]) * before).all()):
+                    break
         if step == steps:
             break
         idx = torch.randint(0, n, (batch,), generator=generator, device=dev)
@@ -782,7 +960,7 @@ def train_adam(X, Y, m: int, seeds: int, steps: int, lr: float = 3e-3, batch: in
         loss.backward()
         opt.step()
     return {"theta": theta.detach(), "w": w.detach(), "steps": at,
-            "test_error": torch.stack(curve)}
+            "test_error": torch.stack(curve), "stopped": at[-1]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -799,7 +977,8 @@ def krawtchouk_target(r: int) -> np.ndarray:
     return np.array(vals, dtype=np.float64)
 
 
-def hard_family(d: int, r: int, support=None, betas=None, device=None):
+def hard_family(d: int, r: int, support=None, betas=None, device=None,
+                hidden_share: float | None = None):
     """The book's hard instance: ``k = 2`` tokens, ``m = r`` heads with collinear attention.
 
     ``Theta_i = beta_i e_1 1_S^T`` and ``W_i = w_i e_1 e_1^T`` with ``S`` a hidden set of ``r``
@@ -808,7 +987,12 @@ def hard_family(d: int, r: int, support=None, betas=None, device=None):
     ``-sum_i w_i tanh(beta_i t/2) = g(t)`` (:func:`krawtchouk_target`), a degree-``(2r-1)``
     parity-like function of ``2r`` hidden bits. Outputs are rescaled to unit variance.
 
-    Returns ``theta, w`` ``(r, d, d)`` and the support ``S`` (0-based indices).
+    With ``hidden_share`` given, one more head with ``Theta_0 = 0`` (uniform attention, output
+    ``w_0 (x_1 + z_1)/2`` in both rows) sets the ``S``-independent part so that the hidden part
+    carries exactly that share of the output variance: ``E[g^2] / (c^2 + E[g^2])`` with ``c`` the
+    sum of all ``w``. Then ``m = r + 1``.
+
+    Returns ``theta, w`` ``(m, d, d)`` and the support ``S`` (0-based indices).
     """
     if support is None:
         support = list(range(1, r + 1))
@@ -828,7 +1012,16 @@ def hard_family(d: int, r: int, support=None, betas=None, device=None):
     probs = np.array([math.comb(2 * r, int(j)) for j in q]) / 4.0**r
     g_all = np.array([np.sign(t) * krawtchouk_target(r)[abs(t) // 2 - 1] if t != 0 else 0.0
                       for t in t_all])
-    var = 0.5 * wv.sum() ** 2 + 0.5 * float((probs * g_all**2).sum())
+    eg2 = float((probs * g_all**2).sum())
+    c = float(wv.sum())
+    if hidden_share is not None:
+        check_float("hidden_share", hidden_share, minimum=0.0, maximum=1.0, strict=True)
+        c = math.copysign(math.sqrt(eg2 * (1.0 - hidden_share) / hidden_share), c if c else 1.0)
+        theta = torch.cat([theta, torch.zeros(1, d, d, dtype=DTYPE, device=device)])
+        w0 = torch.zeros(1, d, d, dtype=DTYPE, device=device)
+        w0[0, 0, 0] = c - float(wv.sum())
+        w = torch.cat([w, w0])
+    var = 0.5 * c**2 + 0.5 * eg2
     w = w / math.sqrt(var)
     return theta, w, support
 
