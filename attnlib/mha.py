@@ -436,7 +436,8 @@ def sum_estimate(X, Y):
     head). The error is estimated by refining the two halves of the data separately:
     ``err_hat = ||W_hat^{-T} (W_A - W_B)^T||_{inf->inf} / 2``, the largest distance by which the
     disagreement of the halves can move ``W^{-T} y`` for a token ``y = W^T x`` of the cube
-    (half of it, since each half has twice the variance of the whole).
+    (half of it, since each half has twice the variance of the whole). On each half the final
+    trimmed refit is repeated once from ``w_hat``, so a stall of the search is not counted.
 
     Returns ``(w_hat, err_hat)``: a ``(d, d)`` tensor and a float.
     """
@@ -451,7 +452,9 @@ def sum_estimate(X, Y):
         return refine_sum_estimate(Xs, Ys, starts)
 
     w_hat = one(X, Y)
-    w_a, w_b = one(X[0::2], Y[0::2]), one(X[1::2], Y[1::2])
+    # the final trimmed refit, repeated on each half from w_hat: its spread is the estimate's error
+    w_a, w_b = (refine_sum_estimate(X[h::2], Y[h::2], [w_hat], schedule=(0.01,), rounds=1)
+                for h in (0, 1))
     try:
         gap = torch.linalg.solve(w_hat.T, (w_a - w_b).T)  # W_hat^{-T} (W_A - W_B)^T
         err = 0.5 * float(gap.abs().sum(1).max())
@@ -713,6 +716,9 @@ def recover_heads(X, Y, m: int, eta: float = 0.05, grid: int = 7, n_directions: 
     if cert_tol is None:
         cert_tol = certification_tolerance(eta, sum_err)
     out.update(crude_sum=crude, w_sum=w_hat, sum_error=sum_err, cert_tol=cert_tol)
+    if cert_tol >= 0.5:  # rows within 1/2 of two tokens: certification carries no information
+        raise ValueError(f"certification tolerance {cert_tol:.3g} >= 1/2: the estimate of "
+                         "sum_i W_i is too poor to certify events")
     events, _ = certify_events(X, Y, w_hat, tol=cert_tol)
     out["events"] = events
     if len(events) < 2:

@@ -207,27 +207,102 @@ def test_config_validation():
     assert set(mha.PROFILES) == {"quick", "full"}
 
 
-def test_pipeline_recovers_one_head_exactly():
+def test_pipeline_without_oracle_certifies_soundly_and_reports_its_phases():
+    """What the pipeline guarantees by construction: its own estimate of sum_i W_i (exact for one
+    head, via the row-sum regression), a tolerance eta + err_hat, constraints that hold at the truth;
+    the polish can only lower the training residual of the net's candidate."""
     g = gen(12)
-    d, k = 6, 3
+    d, k = 8, 3
     theta, w = mha.random_heads(1, d, 4.0, g)
     X = mha.boolean_inputs(400, k, d, g)
-    out = mha.recover_heads(X, mha.mha_forward(X, theta, w), 1, w_sum=w.sum(0), grid=5)
-    assert (out["body"].slack(theta) >= -1e-9).all()  # certified constraints hold at the truth
+    Y = mha.mha_forward(X, theta, w)
+    out = mha.recover_heads(X, Y, 1, grid=5)
+    assert (out["w_sum"] - w[0]).abs().max() < 1e-3
+    assert out["cert_tol"] == pytest.approx(0.05 + out["sum_error"])
+    assert out["sum_error"] < 1e-3
+    assert (out["body"].slack(theta) >= -1e-9).all()
+    res_net = mha.lstsq_projections(X, Y, out["theta_net"])[1]
+    res_fin = mha.lstsq_projections(X, Y, out["theta"])[1]
+    assert res_fin <= res_net
     Xt = mha.boolean_inputs(500, k, d, g)
     assert mha.relative_test_error(Xt, out["theta"], out["w"], theta, w).item() < 1e-12
+    nop = mha.recover_heads(X, Y, 1, grid=5, polish=False)
+    assert torch.equal(nop["theta"], nop["theta_net"]) and nop["polish_starts"] == 0
 
 
-def test_sum_estimates_are_exact_for_uniform_attention():
-    """With Theta = 0 every row averages the tokens: both first-moment estimates of sum_i W_i are
-    unbiased, and the token regression is exact."""
-    g = gen(13)
-    d, k = 5, 4
-    _, w = mha.random_heads(2, d, 1.0, g)
-    theta = torch.zeros(2, d, d, dtype=DT)
-    X = mha.boolean_inputs(20_000, k, d, g)
+def test_certification_tolerance_is_derived_and_validated():
+    assert mha.certification_tolerance(0.05, 0.01) == pytest.approx(0.06)
+    with pytest.raises(al.ParameterError):
+        mha.certification_tolerance(0.7, 0.0)
+    with pytest.raises(al.ParameterError):
+        mha.certification_tolerance(0.05, -1.0)
+
+
+def test_random_start_search_fits_a_benign_layer():
+    g = gen(14)
+    theta, w = mha.random_heads(2, 6, 2.0, g)
+    X = mha.boolean_inputs(300, 3, 6, g)
+    th, wh, res = mha.random_start_search(X, mha.mha_forward(X, theta, w), 2, 2, 2.0,
+                                          generator=gen(15))
+    assert res < 1e-16 and th.shape == theta.shape
+
+
+def test_limit_body_contains_every_finite_sample_halfspace():
+    """K_infinity is cut by every halfspace a finite sample can produce: each oracle event of a
+    sample is among the enumerated triples, so K_n contains K_infinity, and the score-table
+    slacks equal the constraint-matrix slacks."""
+    g = gen(16)
+    d, k, eta = 5, 3, 0.05
+    theta, _ = mha.random_heads(2, d, 4.0, g)
+    triples = mha.limit_events(theta, eta, k)
+    lim = mha.CubeBody(triples, math.log((1 - eta) / eta), d)
+    X = mha.boolean_inputs(3000, k, d, g)
+    ev = mha.oracle_events(X, theta, eta)
+    assert len(ev) > 10
+    tokens = mha.cube_tokens(d)
+    index = {tuple(t.tolist()): i for i, t in enumerate(tokens)}
+    have = {tuple(t) for t in triples.tolist()}
+    for n, a, b in ev.tolist():
+        for c in range(k):
+            if c != b:
+                key = (index[tuple(X[n, a].tolist())], index[tuple(X[n, b].tolist())],
+                       index[tuple(X[n, c].tolist())])
+                assert key in have
+    A = np.stack([np.outer(tokens[q], tokens[b] - tokens[c]).ravel()
+                  for q, b, c in triples[:50].tolist()])
+    probe = torch.randn(d, d, generator=g, dtype=DT)
+    assert np.allclose(lim.slack(probe)[:50], A @ probe.numpy().ravel() - lim.tau)
+    assert lim.contains(theta[0]) and lim.contains(theta[1])
+    # a finite body is at least as thick as the limit in every direction
+    Af, tau = mha.constraint_matrix(X, ev, eta)
+    finite = mha.Body(Af, tau)
+    mid = theta.mean(0).numpy()
+    for _ in range(5):
+        u = torch.randn(d * d, generator=g, dtype=DT).numpy()
+        assert finite.extent(mid, u) >= lim.extent(mid, u) - 1e-9
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+def test_hard_family_hidden_share_is_set_exactly(r):
+    d = 5
+    theta, w, _ = mha.hard_family(d, r, hidden_share=0.25)
+    assert theta.shape[0] == r + 1 and theta[-1].abs().max() == 0  # one uniform head
+    X = all_inputs(2, d)
+    F = mha.mha_forward(X, theta, w)
+    _, dep = mha.hard_components(X, theta, w)
+    share = (dep**2).sum() / ((F - F.mean(0)) ** 2).sum()
+    assert abs(share.item() - 0.25) < 1e-10
+    assert torch.allclose(F.var(0, correction=0)[:, 0], torch.ones(2, dtype=DT), atol=1e-10)
+
+
+def test_adam_plateau_stops_early_on_a_solved_problem():
+    """Started at the truth the loss is zero and stays there: the plateau rule must stop at the
+    first check (two windows), while without it the run goes to the cap."""
+    g = gen(17)
+    theta, w = mha.random_heads(1, 3, 1.0, g)
+    X = mha.boolean_inputs(64, 2, 3, g)
     Y = mha.mha_forward(X, theta, w)
-    assert torch.allclose(mha.token_regression_sum(X, Y), w.sum(0), atol=1e-10)
-    assert torch.allclose(mha.first_moment_linear(theta[0], k), torch.eye(d, dtype=DT))
-    err = (mha.crude_sum_estimate(X, Y) - w.sum(0)).norm() / w.sum(0).norm()
-    assert err < 0.1  # unbiased; the Monte Carlo error here is a few per cent
+    kw = dict(seeds=1, steps=2000, batch=16, init=(theta[None], w[None]), log_every=100)
+    out = mha.train_adam(X, Y, 1, generator=gen(18), plateau=(200, 0.01), **kw)
+    assert out["stopped"] == 400
+    assert mha.train_adam(X, Y, 1, generator=gen(18), **kw)["stopped"] == 2000
