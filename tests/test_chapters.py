@@ -21,8 +21,11 @@ REQUIRED_KEYS = {
         "heads_loglog_slope", "kernel_mc_loglog_slope", "max_over_keys_rel_risk",
     ],
     "02-provable-mha": [
-        "recovery_rel_test_error_m1", "recovery_rel_test_error_m2", "truth_inside_body_fraction",
-        "moment_identity_max_rel_error", "adam_nice_success_rate", "adam_hard_explained_variance",
+        "ablation_random_start_success_m2", "pipeline_no_polish_rel_error_m2",
+        "pipeline_with_polish_success_m2", "body_half_thickness_limit",
+        "body_half_thickness_largest_n", "body_limit_thickness_by_d",
+        "certification_oracle_free_success_rate", "hard_family_hidden_share_by_r",
+        "hard_family_success_by_d", "moment_identity_max_rel_error", "adam_nice_success_rate",
     ],
     "03-positional-semantic": [
         "alpha_c", "alpha_l", "alpha_c_by_omega", "alpha_l_by_omega", "eps_g_semantic_alpha2",
