@@ -357,3 +357,64 @@ def test_published_scheme_regenerates_the_published_rows(branch, alpha):
     # 1e-4); the notebook itself prints "converged after 50 steps" at alpha = 2, semantic
     assert ref["n_iter"] == {("semantic", 2.0): 50, ("semantic", 1.25): 53}.get((branch, alpha), 28)
 
+
+
+# ---------------------------------------------------------------- the transition by design
+@pytest.mark.slow
+def test_positional_eps_t_at_small_omega_agrees_with_an_independent_qmc_solve():
+    # omega = 0.1, alpha = 0.7: the positional branch is fragile there (several fixed points,
+    # discontinuous integrands). The lowest fixed point on a 10^4 product rule, with its quadrature
+    # error measured against the 12^4 rule, must agree with a randomised-QMC solve of the same
+    # equations (two scrambles, their spread as that solve's error) within the two errors.
+    cfg = D.TheoryConfig(n_nodes=10)
+    gh = D.lowest_fixed_points([0.7], 0.1, "positional", cfg)
+    gh12 = D.lowest_fixed_points([0.7], 0.1, "positional", D.TheoryConfig(n_nodes=12))
+    assert bool(gh.converged[0]) and bool(gh12.converged[0])
+    err_gh = abs(float(gh.eps_t[0] - gh12.eps_t[0]))
+    init = np.array([[gh.q[0], gh.m[0], gh.V[0], gh.theta[0]]])
+    qmc = [float(D.solve_fixed_points(0.7, 0.1, "positional", cfg, init=init,
+                                      quadrature=D.sobol_gaussian(15, s)).eps_t[0]) for s in (1, 2)]
+    err_qmc = abs(qmc[0] - qmc[1])
+    assert abs(float(gh.eps_t[0]) - np.mean(qmc)) <= err_gh + err_qmc
+    # the stated error is small enough to matter: below 0.3 % of the training loss
+    assert err_gh < 3e-3 * float(gh.eps_t[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("omega,alphas", [(0.1, np.round(np.arange(0.68, 0.80, 0.02), 2)),
+                                          (0.4, np.round(np.arange(1.66, 1.84, 0.03), 2))])
+def test_lowest_eps_t_is_smooth_in_alpha(omega, alphas):
+    # each branch's lowest training loss on a fine alpha grid, on the rule the alpha_c search uses
+    # there: no jump between neighbouring points beyond what the neighbours' slope predicts
+    cfg = D.TheoryConfig(n_nodes=10)
+    for branch in ("positional", "semantic"):
+        fp = D.lowest_fixed_points(alphas, omega, branch, cfg)
+        assert fp.converged.all(), branch
+        e = fp.eps_t.to_numpy()
+        first = np.diff(e)
+        second = np.abs(np.diff(e, 2))
+        # the second difference of a smooth curve is small against the first differences
+        assert np.all(second < 0.25 * np.minimum(np.abs(first[1:]), np.abs(first[:-1]))), (branch, e)
+
+
+def test_lowest_fixed_points_reports_starts_and_keeps_the_lowest():
+    cfg = D.TheoryConfig(n_nodes=6)
+    fp = D.lowest_fixed_points([1.5, 1.5], 0.3, ["positional", "semantic"], cfg)
+    assert (fp.n_starts >= 3).all() and (fp.n_converged >= 1).all() and (fp.multiplicity >= 1).all()
+    # the kept point is the lowest of the converged candidates of each start, solved one by one
+    for i, b in enumerate(("positional", "semantic")):
+        single = D.solve_fixed_points(1.5, 0.3, b, cfg)
+        assert float(fp.eps_t[i]) <= float(single.eps_t[0]) + 1e-12
+
+
+def test_critical_alpha_brackets_the_crossing():
+    cfg = D.TheoryConfig(n_nodes=6)
+    crit, pts = D.critical_alpha([0.3], cfg, lambda w: 1.25, half_width=0.1, bracket_tol=0.02,
+                                 refine_nodes=())
+    row = crit.iloc[0]
+    assert row.bracket_lo < row.alpha < row.bracket_hi and row.bracket_hi - row.bracket_lo <= 0.02
+    assert row.converged_ends
+    # the training losses cross inside the bracket: semantic above at the left end, below at the right
+    at = lambda a, b: float(pts[(pts.alpha == a) & (pts.branch == b)].eps_t.iloc[0])  # noqa: E731
+    assert at(row.bracket_lo, "semantic") > at(row.bracket_lo, "positional")
+    assert at(row.bracket_hi, "semantic") <= at(row.bracket_hi, "positional")

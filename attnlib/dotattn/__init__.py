@@ -33,6 +33,7 @@ Modules (every public name is re-exported here: ``from attnlib import dotattn``)
 * :mod:`.channel` -- the field loss, its proximal map, the conjugate and prior equations, the free
   entropy, the test error and the linear baseline;
 * :mod:`.theory` -- the damped fixed-point iteration (:func:`solve_fixed_points`);
+* :mod:`.transition` -- lowest fixed point from several starts, alpha_c and alpha_l by bracketing;
 * :mod:`.simulation` -- finite-d gradient descent (:func:`train_attention`);
 * :mod:`.counting` -- the histogram task (:func:`train_histogram`);
 * :mod:`.reference` -- the published solver's scheme, re-implemented for the benchmark.
@@ -50,10 +51,11 @@ from .channel import (
 )
 from .counting import HistogramConfig, HistogramTransformer, histogram_data, train_histogram
 from .model import A_ALTERNATIVE, A_STANDARD, BRANCH_INITS, BRANCHES
-from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d
+from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d, sobol_gaussian
 from .reference import reference_channel_hats, reference_nodes, reference_solve, stroud_secrest_12
 from .simulation import INITS, SIM_PROFILES, SimConfig, draw_problem, fit_linear_baseline, train_attention
 from .theory import FixedPoints, TheoryConfig, find_crossing, solve_fixed_points
+from .transition import critical_alpha, lowest_fixed_points
 
 __all__ = [
     "A_STANDARD",
@@ -65,6 +67,7 @@ __all__ = [
     "gauss_hermite_4d",
     "branch_symmetries",
     "fold_nodes",
+    "sobol_gaussian",
     "prox_newton",
     "channel_hats",
     "prior_overlaps",
@@ -73,6 +76,8 @@ __all__ = [
     "linear_baseline_error",
     "solve_fixed_points",
     "find_crossing",
+    "lowest_fixed_points",
+    "critical_alpha",
     "SimConfig",
     "SIM_PROFILES",
     "INITS",

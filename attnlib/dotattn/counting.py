@@ -99,12 +99,17 @@ def _param_distance(a, b, keys=None):
     return float(sum((a[k] - b[k]).norm() for k in a if keys is None or k in keys))
 
 
-def _train_epochs(model, opt, xtr, ytr, config: HistogramConfig, epochs: int, gen, sched=None):
-    """Mini-batch cross-entropy training over ``epochs`` shuffled passes (scheduler stepped per batch)."""
+def _train_epochs(model, opt, xtr, ytr, config: HistogramConfig, epochs: int, gen, sched=None,
+                  on_epoch=None):
+    """Mini-batch cross-entropy training over ``epochs`` shuffled passes (scheduler stepped per batch).
+
+    ``on_epoch(epoch, mean_train_loss)`` is called after every pass (for training curves).
+    """
     lossf = torch.nn.CrossEntropyLoss()
     n_tr = xtr.shape[0]
-    for _ in range(epochs):
+    for epoch in range(epochs):
         perm = torch.randperm(n_tr, generator=gen)
+        total, count = 0.0, 0
         for i in range(0, n_tr, config.batch):
             b = perm[i:i + config.batch]
             opt.zero_grad()
@@ -113,6 +118,10 @@ def _train_epochs(model, opt, xtr, ytr, config: HistogramConfig, epochs: int, ge
             opt.step()
             if sched is not None:
                 sched.step()
+            total += float(loss) * len(b)
+            count += len(b)
+        if on_epoch is not None:
+            on_epoch(epoch + 1, total / count)
 
 
 def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> dict:
@@ -120,7 +129,8 @@ def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> d
 
     Returns validation accuracies (constrained, and after the unconstrained re-training), the
     parameter distances init -> solution and solution -> re-trained, the attention maps of the
-    first three validation sequences and the trained model.
+    first three validation sequences, the trained model and its training curve (``history``: per epoch
+    the mean training loss and the validation accuracy).
     """
     gen = torch.Generator().manual_seed(int(seed))
     torch.manual_seed(int(seed))
@@ -132,7 +142,12 @@ def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> d
     opt = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9)
     steps = config.epochs * math.ceil(n_tr / config.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr, total_steps=steps)
-    _train_epochs(model, opt, xtr, ytr, config, config.epochs, gen, sched)
+    history = []
+
+    def record(epoch, train_loss):
+        history.append({"epoch": epoch, "train_loss": train_loss, "val_acc": _accuracy(model, xva, yva)})
+
+    _train_epochs(model, opt, xtr, ytr, config, config.epochs, gen, sched, on_epoch=record)
     acc = _accuracy(model, xva, yva)
     p1 = _param_vector(model)
     with torch.no_grad():
@@ -156,7 +171,7 @@ def train_histogram(config: HistogramConfig, mechanism: str, seed: int = 0) -> d
         "mechanism": mechanism, "val_acc": acc, "val_acc_retrained": _accuracy(free, xva, yva),
         "dist_init_to_solution": _param_distance(p0, p1),
         "dist_solution_to_retrained": _param_distance(p1n, p2),
-        "maps": maps, "examples": xva[:3].numpy(), "model": model,
+        "maps": maps, "examples": xva[:3].numpy(), "model": model, "history": history,
     }
 
 

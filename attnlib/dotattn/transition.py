@@ -1,0 +1,311 @@
+"""The transition of Chapter 3 located by design: lowest fixed point from several starts, and a
+bracketing root search for alpha_c(omega) with a quadrature error estimate at the bracket ends.
+
+Two numerical facts shape this module. (i) The equations can have several solutions inside one
+family (on the positional branch, for instance, fixed points with different m and training losses
+a few per cent apart), and which one a damped iteration reaches depends on its start: so every
+point is solved from several starts and the lowest training loss is kept
+(:func:`lowest_fixed_points`). (ii) The proximal point jumps between local minima as the fields
+move, so the channel integrands are only piecewise smooth and a product rule converges slowly; the
+error of a rule is therefore *measured*, by solving again with a larger rule, and the rule is
+enlarged until that error, converted into a shift of alpha_c, is smaller than the bracket
+(:func:`critical_alpha`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from .channel import linear_baseline_error
+from .model import BRANCH_INITS
+from .theory import TheoryConfig, solve_fixed_points
+
+PERTURBATIONS = ((0.5, 0.6), (2.0, 0.8))
+"""Perturbed starts: (factor on q, factor on the branch's overlap m or theta) of the published start
+(a start that violates theta^2 < rho q is skipped)."""
+
+
+def _starts(branch: str, extra, perturb: bool, rho: float, published: bool = True) -> list:
+    """Published start, its perturbations, and the extra (continuation) starts for one point."""
+    q, m, V, th = BRANCH_INITS[branch]
+    out = [("published", (q, m, V, th))] if published else []
+    for fq, fo in PERTURBATIONS if perturb else ():
+        if (th * fo) ** 2 < 0.95 * rho * q * fq:
+            out.append((f"perturbed x{fq:g}/{fo:g}", (q * fq, m * fo, V, th * fo)))
+    for k, s in enumerate(extra):
+        if s is not None and np.all(np.isfinite(s)):
+            out.append((f"continuation {k}", tuple(float(v) for v in s)))
+    return out
+
+
+def _valid(df: pd.DataFrame, sigma: float) -> pd.Series:
+    """A converged candidate is a fixed point only if it is a physical state and passes the
+    training-loss identity (eq-ch3-identity) to 1e-4 relative."""
+    ok = df.converged.astype(bool) & np.isfinite(df.eps_t) & (df.eps_t > 0) & (df.q > 0) & (df.V > 0)
+    ok &= df.theta**2 < sigma**2 * df.q
+    return ok & ((df.eps_t - df.eps_t_direct).abs() < 1e-4 * df.eps_t.abs())
+
+
+def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation=None,
+                        perturb: bool = True, published: bool = True, device="cpu",
+                        distinct_rtol: float = 1e-3) -> pd.DataFrame:
+    """Solve every (alpha, omega, branch) point from several starts and keep the lowest eps_t.
+
+    Starts per point: the published one (``published=True``), :data:`PERTURBATIONS` of it
+    (``perturb=True``), and the optional ``continuation`` starts (a list, one entry per point, of
+    lists of ``(q, m, V, theta)`` -- for instance the solutions at the neighbouring alphas on
+    either side). All starts of all points
+    are solved in one batch. A candidate counts as converged only if it also is a physical state
+    and passes the training-loss identity (:func:`_valid`). Points whose every start fails are
+    retried once with stronger damping (0.9) and twice the iteration budget, from the same starts.
+
+    Returns one row per point (the lowest converged candidate, or the lowest of all when none
+    converged) with the columns of :meth:`FixedPoints.to_frame`, plus ``n_starts``,
+    ``n_converged``, ``multiplicity`` (distinct converged fixed points: training losses differing by
+    more than ``distinct_rtol`` relative, or m / theta by more than 1e-3), ``eps_t_spread`` (largest
+    minus smallest converged training loss), ``start`` (the winning start) and ``retried``.
+    """
+    alpha = np.atleast_1d(np.asarray(alpha, dtype=float))
+    omega = np.broadcast_to(np.atleast_1d(np.asarray(omega, dtype=float)), alpha.shape)
+    branch = [branch] * len(alpha) if isinstance(branch, str) else list(branch)
+    continuation = continuation or [[] for _ in alpha]
+    rows = []
+    for i, (a, w, b) in enumerate(zip(alpha, omega, branch, strict=True)):
+        starts = _starts(b, continuation[i], perturb, config.sigma**2, published)
+        if not starts:
+            raise ValueError("lowest_fixed_points: a point has no start (published=False, "
+                             "perturb=False and no continuation)")
+        for name, s in starts:
+            rows.append((i, a, w, b, name, s))
+
+    def run(rows, cfg):
+        fp = solve_fixed_points([r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
+                                cfg, init=np.array([r[5] for r in rows]), device=device)
+        df = fp.to_frame().assign(point=[r[0] for r in rows], start=[r[4] for r in rows])
+        return df.assign(converged=_valid(df, config.sigma))
+
+    cand = run(rows, config).assign(retried=False)
+    failed = set(range(len(alpha))) - set(cand[cand.converged].point)
+    if failed:
+        retry_cfg = replace(config, damping=max(config.damping, 0.9), max_iter=2 * config.max_iter)
+        again = run([r for r in rows if r[0] in failed], retry_cfg).assign(retried=True)
+        cand = pd.concat([cand, again], ignore_index=True)
+    out = []
+    for i in range(len(alpha)):
+        c = cand[cand.point == i]
+        conv = c[c.converged]
+        pool = conv if len(conv) else c[np.isfinite(c.eps_t) & (c.eps_t > 0)]
+        pool = pool if len(pool) else c
+        best = pool.loc[pool.eps_t.idxmin()].copy()
+        distinct = []
+        for _, r in conv.sort_values("eps_t").iterrows():
+            ov = r.m if branch[i] == "positional" else r.theta
+            if not any(abs(r.eps_t - e) <= distinct_rtol * abs(e) and abs(ov - o) <= 1e-3
+                       for e, o in distinct):
+                distinct.append((r.eps_t, ov))
+        best["n_starts"] = len(c[~c.retried]) if (~c.retried).any() else len(c)
+        best["n_converged"] = len(conv)
+        best["multiplicity"] = len(distinct)
+        best["eps_t_spread"] = float(conv.eps_t.max() - conv.eps_t.min()) if len(conv) else np.nan
+        best["retried"] = bool(c.retried.any())
+        out.append(best)
+    return pd.DataFrame(out).drop(columns=["point"]).reset_index(drop=True)
+
+
+def _state(row) -> tuple:
+    return (float(row.q), float(row.m), float(row.V), float(row.theta))
+
+
+def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05,
+                   bracket_tol: float = 0.01, refine_nodes=(10, 12), max_steps: int = 8,
+                   kind: str = "c", device="cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """alpha_c(omega), the zero of eps_t^sem - eps_t^pos, by a bracketing search at every omega.
+
+    With ``kind="l"`` the same search locates alpha_l(omega) instead, the zero of
+    :math:`\\varepsilon_g^{\\rm sem}-\\varepsilon_g^{\\rm lin}` (semantic branch only).
+
+    1. Both branches at ``guess(omega) -+ half_width`` from the published starts; the pair is
+       moved until it brackets a sign change.
+    2. Regula falsi (Illinois variant) inside the bracket until it is narrower than
+       ``bracket_tol``; every new alpha starts from the solutions at both bracket ends
+       (continuation from both sides).
+    3. Multi-start at the final bracket ends (:func:`lowest_fixed_points`: the published starts,
+       their perturbations, the current solution and the neighbours' solutions): the lowest
+       training loss is kept, and if that changes the sign pattern the search resumes.
+    4. Quadrature check: both bracket ends solved again with the next rule of ``refine_nodes``,
+       started from the current solutions; the change of the gap divided by its slope across the
+       bracket is the quadrature error of the root. If it exceeds the bracket width, the larger
+       rule becomes the working rule and the search resumes from the current bracket.
+
+    All omegas advance together (one batched solve per step). Returns ``(crit, points)``:
+    ``crit`` has one row per omega (``alpha`` = the root, ``bracket_lo``, ``bracket_hi``,
+    ``n_nodes`` of the working rule, ``check_nodes``, ``quad_err_alpha``, ``converged_ends``,
+    ``multiplicity_ends``, ``sign_changes`` of the gap over every alpha solved with the working
+    rule, ``steps``); ``points`` holds every solved point (column ``rule``) with its multiplicity and
+    convergence flags.
+    """
+    if kind not in ("c", "l"):
+        raise ValueError(f"kind must be 'c' (alpha_c) or 'l' (alpha_l); got {kind!r}")
+    omegas = [float(w) for w in omegas]
+    branches = ("positional", "semantic") if kind == "c" else ("semantic",)
+    lin = {w: float(linear_baseline_error(w, config.sigma)) for w in omegas}
+    points = []
+    rule = {w: config.n_nodes for w in omegas}
+    sols = {}         # (omega, n_nodes, alpha) -> {branch: row}
+    explored = set()  # keys solved with the perturbed starts too
+
+    def solve(requests, perturb=False, published=False):
+        """requests: (omega, alpha, n_nodes); solves the branches, grouped by rule."""
+        by_rule = {}
+        for w, a, n in requests:
+            if (w, n, a) not in sols or (perturb and (w, n, a) not in explored):
+                by_rule.setdefault(n, []).append((w, a))
+        for n, reqs in by_rule.items():
+            cfg = replace(config, n_nodes=n)
+            al = [a for _, a in reqs for _ in branches]
+            om = [w for w, _ in reqs for _ in branches]
+            cont = []
+            for w, a in reqs:
+                same = sorted(k[2] for k in sols if k[0] == w and k[1] == n)
+                near = [x for x in same if x == a]
+                if not near:  # a new alpha: continuation from the neighbours on both sides
+                    near = [x for x in same if x < a][-1:] + [x for x in same if x > a][:1]
+                keys = [(w, n, x) for x in near]
+                if not keys:  # a new rule: start from the nearest solutions of other rules
+                    other = sorted((k for k in sols if k[0] == w), key=lambda k: abs(k[2] - a))
+                    keys = other[:2]
+                for b in branches:
+                    cont.append([_state(sols[k][b]) for k in keys])
+            pub = published or perturb or any(not c for c in cont)
+            res = lowest_fixed_points(al, om, list(branches) * len(reqs), cfg, continuation=cont,
+                                      perturb=perturb, published=pub, device=device).assign(rule=n)
+            points.append(res)
+            nb = len(branches)
+            for k, (w, a) in enumerate(reqs):
+                sols[(w, n, a)] = {b: res.iloc[nb * k + j] for j, b in enumerate(branches)}
+                if perturb:
+                    explored.add((w, n, a))
+
+    def gap(w, a, n=None):
+        s = sols[(w, rule[w] if n is None else n, a)]
+        if kind == "l":
+            return float(s["semantic"].eps_g - lin[w])
+        return float(s["semantic"].eps_t - s["positional"].eps_t)
+
+    # 1. a pair of alphas moved until it brackets the sign change
+    bracket = {w: [max(0.02, guess(w) - half_width), guess(w) + half_width] for w in omegas}
+    found = set()
+    for k in range(8):
+        solve([(w, a, rule[w]) for w in omegas if w not in found for a in bracket[w]], published=True)
+        for w in omegas:
+            if w in found:
+                continue
+            a0, a1 = bracket[w]
+            d0, d1 = gap(w, a0), gap(w, a1)
+            if d0 > 0 >= d1:
+                found.add(w)
+            elif d1 > 0:  # both above: the root is to the right (growing steps)
+                bracket[w] = [a1, a1 + 2 * (k + 1) * half_width]
+            else:
+                bracket[w] = [max(0.02, a0 - 2 * (k + 1) * half_width), a0]
+        if len(found) == len(omegas):
+            break
+    steps = {w: 0 for w in omegas}
+    check = {}
+    mult = {w: [1.0, 1.0] for w in omegas}  # Illinois factors on the two ends' values
+    last = {w: None for w in omegas}         # which end the previous step replaced
+    active = [w for w in omegas if w in found]
+    rounds = 0
+    while active and rounds < 20:
+        rounds += 1
+        # 2. regula falsi (Illinois) until the bracket is narrow enough
+        todo = [w for w in active if bracket[w][1] - bracket[w][0] > bracket_tol and steps[w] < max_steps]
+        if todo:
+            new = {}
+            for w in todo:
+                a0, a1 = bracket[w]
+                d0, d1 = gap(w, a0) * mult[w][0], gap(w, a1) * mult[w][1]
+                a = a0 - d0 * (a1 - a0) / (d1 - d0)
+                # keep the new point inside the middle 80 % so that the bracket always shrinks
+                new[w] = round(float(np.clip(a, a0 + 0.1 * (a1 - a0), a1 - 0.1 * (a1 - a0))), 6)
+            solve([(w, a, rule[w]) for w, a in new.items()])
+            for w, a in new.items():
+                steps[w] += 1
+                end = 0 if gap(w, a) > 0 else 1
+                bracket[w][end] = a
+                mult[w][end] = 1.0
+                if last[w] == end:  # the other end survived twice: halve its weight
+                    mult[w][1 - end] *= 0.5
+                last[w] = end
+            continue
+        # 3. multi-start at the bracket ends; resume the search if the sign pattern changes
+        solve([(w, a, rule[w]) for w in active for a in bracket[w]], perturb=True)
+        moved = []
+        for w in active:
+            a0, a1 = bracket[w]
+            if not gap(w, a0) > 0 >= gap(w, a1):
+                width = a1 - a0
+                bracket[w] = [a1, a1 + width] if gap(w, a1) > 0 else [max(0.02, a0 - width), a0]
+                mult[w], last[w] = [1.0, 1.0], None
+                moved.append(w)
+        if moved:
+            solve([(w, a, rule[w]) for w in moved for a in bracket[w]], perturb=True)
+            active = [w for w in active
+                      if w not in moved or gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
+            continue
+        # 4. quadrature check at the bracket ends with the next larger rule
+        req = []
+        for w in active:
+            larger = [n for n in refine_nodes if n > rule[w]]
+            check[w] = larger[0] if larger else None
+            if check[w] is not None:
+                req += [(w, a, check[w]) for a in bracket[w]]
+        solve(req)
+        nxt = []
+        for w in active:
+            if check[w] is None:
+                continue
+            a0, a1 = bracket[w]
+            width = a1 - a0
+            d = [gap(w, a) for a in (a0, a1)]
+            dc = [gap(w, a, check[w]) for a in (a0, a1)]
+            err = max(abs(dc[0] - d[0]), abs(dc[1] - d[1])) / abs((d[1] - d[0]) / width)
+            if err <= width:
+                continue
+            # the rule's error exceeds the bracket: the larger rule becomes the working rule
+            rule[w] = check[w]
+            mult[w], last[w], steps[w] = [1.0, 1.0], None, 0
+            if not dc[0] > 0 >= dc[1]:  # the crossing moved out of the bracket: follow it
+                bracket[w] = [a1, a1 + width] if dc[1] > 0 else [max(0.02, a0 - width), a0]
+                solve([(w, a, rule[w]) for a in bracket[w]], perturb=True)
+                if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1]):
+                    continue
+            nxt.append(w)
+        active = nxt
+    rows = []
+    for w in omegas:
+        if w not in found:
+            rows.append({"omega": w, "alpha": np.nan})
+            continue
+        a0, a1 = bracket[w]
+        n = rule[w]
+        d0, d1 = gap(w, a0), gap(w, a1)
+        ends = [sols[(w, n, a)][b] for a in (a0, a1) for b in branches]
+        err = np.nan
+        c = check.get(w)
+        if c is not None and (w, c, a0) in sols and (w, c, a1) in sols:
+            dc = [gap(w, a, c) for a in (a0, a1)]
+            err = max(abs(dc[0] - d0), abs(dc[1] - d1)) / abs((d1 - d0) / (a1 - a0))
+        grid = sorted(k[2] for k in sols if k[0] == w and k[1] == n)
+        g = np.array([gap(w, a) for a in grid])
+        rows.append({
+            "omega": w, "alpha": a0 - d0 * (a1 - a0) / (d1 - d0), "bracket_lo": a0,
+            "bracket_hi": a1, "n_nodes": n, "check_nodes": c, "quad_err_alpha": err,
+            "converged_ends": bool(all(bool(e.converged) for e in ends)), "steps": steps[w],
+            "multiplicity_ends": int(max(int(e.multiplicity) for e in ends)),
+            "sign_changes": int(np.sum(np.diff(np.sign(g)) != 0)),
+        })
+    return pd.DataFrame(rows), pd.concat(points, ignore_index=True)
