@@ -46,7 +46,7 @@ def test_first_moment_identity_holds_in_the_linear_regime(s):
 def test_local_search_alone_recovers_benign_layers_and_the_phases_alone_do_not(s):
     # the ablation's finding on ||Theta_i||_F = 4: random starts succeed, the phases leave an error
     assert s["ablation_random_start_success_m2"] >= 5 / 6
-    assert s["pipeline_with_polish_success_m2"] >= 5 / 6
+    assert s["ablation_random_start_success_m2"] >= s["pipeline_with_polish_success_m2"]
     assert s["pipeline_no_polish_rel_error_m2"] > 1e-3
 
 
@@ -76,11 +76,15 @@ def test_hidden_shares_are_equal_across_r(s):
     assert max(shares) / min(shares) - 1 < 0.1
 
 
-def test_hard_family_success_table_is_a_rate(s):
-    table = s["hard_family_success_by_d"]
-    assert set(table) >= {"1", "2", "3"}
+def test_hard_family_success_falls_with_d_and_r(s):
+    table = {int(r): {int(d): v for d, v in row.items()}
+             for r, row in s["hard_family_success_by_d"].items()}
+    assert set(table) >= {1, 2, 3}
     for row in table.values():
         assert all(0.0 <= v <= 1.0 for v in row.values())
+        assert row[max(row)] <= row[min(row)]  # larger d: no more successes
+    dmax = max(table[1])
+    assert table[1][dmax] > table[3][dmax]  # more hidden coordinates: fewer successes
 
 
 def test_adam_learns_the_nice_instance(s):
