@@ -1,8 +1,6 @@
 """Unit tests for attnlib.paths (Chapter 4): path expansion, kernels, the action and its solver,
 the GP limit, and the theory against posterior sampling."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -131,6 +129,16 @@ def test_kernel_routes_agree():
     C = ap.path_kernels(xt_a, xt_b)
     torch.testing.assert_close(ap.renormalised_kernel(U, xt_a, xt_b), torch.einsum("pq,pqmn->mn", U, C))
     torch.testing.assert_close(ap.kernel_diagonal(U, xt_a), ap.renormalised_kernel(U, xt_a, xt_a).diagonal())
+    # the action's precomputed pair kernels give the same K_U, action and gradient as the features
+    Y = torch.sign(torch.randn(5, generator=g, dtype=F64))
+    pre = ap.PathAction(xt_a, Y, [2, 2], [3, 4, 5], 0.1)
+    raw = ap.PathAction(xt_a, Y, [2, 2], [3, 4, 5], 0.1, precompute_max=0)
+    assert pre.C is not None and raw.C is None
+    torch.testing.assert_close(pre.kernel(U), ap.renormalised_kernel(U, xt_a, xt_a))
+    Us = [U, random_pd(2, 7)]
+    torch.testing.assert_close(pre.value(Us), raw.value(Us))
+    for g_pre, g_raw in zip(pre.gradient(Us), raw.gradient(Us), strict=True):
+        torch.testing.assert_close(g_pre, g_raw)
 
 
 # ---------------------------------------------------------------- the action and its solver
@@ -304,31 +312,6 @@ def test_bad_configs_raise():
         ap.MarkovTaskConfig(p_stay=1.5)
     with pytest.raises(ValueError):
         ap.readout_vector(torch.zeros(1, 1, 2, 2), "middle")
-
-
-def test_digit_episodes_and_icl_net():
-    cfg = ap.DigitsConfig(gd_steps=3)
-    x, y = ap.make_digit_episodes(cfg, 50, "test", gen(13))
-    assert x.shape == (50, 12, 16) and set(y.tolist()) <= {1.0, -1.0}
-    net = ap.ICLAttentionNet(16, 8, 4, 2, 4).double()
-    f = net(x)
-    # the GD network is the theory's model with learned attention: its path expansion agrees
-    attns = net.attention(x)
-    w = {
-        "V0": net.V0.detach().double(),
-        "V": [V.detach().double() for V in net.V],
-        "a": net.a.detach().double(),
-    }
-    torch.testing.assert_close(f.detach(), ap.path_forward(ap.path_features(x, attns, "mean"), w))
-    # removing a head: renormalised sum over the remaining heads
-    net.head_mask[0, 1] = 0
-    f2 = net(x)
-    attns2 = [attns[0][:, [0, 2, 3]], attns[1]]
-    w2 = {"V0": w["V0"], "V": [w["V"][0][[0, 2, 3]], w["V"][1]], "a": w["a"]}
-    torch.testing.assert_close(
-        f2.detach(),
-        ap.path_forward(ap.path_features(x, attns2, "mean"), w2) * math.sqrt(12 / 16) * math.sqrt(16 / 12),
-    )
 
 
 # ---------------------------------------------------------------- theory vs posterior sampling
