@@ -6,6 +6,7 @@ the next cell calls :func:`start_chapter`, which validates them before anything 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -31,18 +32,22 @@ __all__ = [
     "seed_everything",
     "resolve_device",
     "source_hash",
+    "module_hash",
+    "SEED_MAX",
     "git_commit",
     "device_name",
 ]
 
 PROFILES = ("quick", "full")
 DEVICES = ("auto", "cpu", "cuda")
+#: Largest accepted ``seed`` (NumPy's legacy generator takes 32-bit seeds; offsets stay in range).
+SEED_MAX = 2**32 - 1
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def seed_everything(seed: int) -> None:
     """Seed Python's ``random``, NumPy's global generator and torch (CPU and CUDA)."""
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_int("seed", seed, minimum=0, maximum=SEED_MAX)
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 (the legacy global generator is what users call)
     torch.manual_seed(seed)
@@ -74,17 +79,42 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    """Remove the docstring of the module and of every class and function in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def module_hash(path: str | Path) -> str:
+    """SHA-256 of a Python module's code: its syntax tree without docstrings.
+
+    Comments, formatting and docstrings do not change the hash; any change of what the module
+    computes does. A file that does not parse is hashed byte by byte.
+    """
+    source = Path(path).read_bytes()
+    try:
+        tree = _strip_docstrings(ast.parse(source))
+    except (SyntaxError, ValueError):
+        return hashlib.sha256(b"unparsed:" + source).hexdigest()
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 def source_hash() -> str:
-    """SHA-256 over the Python sources that chapters compute with.
+    """SHA-256 over the code (:func:`module_hash`) of every attnlib module chapters compute with.
 
     The book CLI (``attnlib/book.py``) is left out: it drives executions but does not change them.
     """
     digest = hashlib.sha256()
     for path in sorted(_PACKAGE_DIR.rglob("*.py")):
-        if path.name == "book.py":
+        if path.name == "book.py" and path.parent == _PACKAGE_DIR:
             continue
         digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode())
-        digest.update(path.read_bytes())
+        digest.update(module_hash(path).encode())
     return digest.hexdigest()
 
 
@@ -182,7 +212,9 @@ class Run:
             torch_version=torch.__version__,
         )
         path = directory / f"{self.chapter}.summary.json"
-        path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)  # atomic: a reader sees the old summary or the whole new one
         return path
 
 
@@ -201,7 +233,7 @@ def start_chapter(
     anything is computed. Prints a one-line banner with the versions, device and profile.
     """
     check_choice("profile", profile, PROFILES)
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_int("seed", seed, minimum=0, maximum=SEED_MAX)
     dev = resolve_device(device)
     seed_everything(seed)
 

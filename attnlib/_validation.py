@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from numbers import Integral, Real
 from typing import Any
 
-__all__ = ["ParameterError", "check_choice", "check_int", "check_float"]
+__all__ = ["ParameterError", "check_choice", "check_int", "check_float", "check_bool"]
 
 
 class ParameterError(ValueError):
@@ -62,3 +62,10 @@ def check_float(
             parts.append(f"{op_hi} {maximum}")
         raise ParameterError(f"{name}={value!r} must be {' and '.join(parts)}")
     return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a boolean (not a string such as ``"false"``), else raise."""
+    if not isinstance(value, bool):
+        raise ParameterError(f"{name}={value!r} must be True or False")
+    return value

@@ -18,7 +18,7 @@ from .conftest import ROOT
 def test_parse_parameters():
     assert book.parse_parameters(["profile=full", "seed=3", "lam=1e-2", "name=abc"]) == {
         "profile": "full", "seed": 3, "lam": 0.01, "name": "abc"}
-    with pytest.raises(book.BuildError, match="name=value"):
+    with pytest.raises(ParameterError, match="name=value"):
         book.parse_parameters(["seed"])
 
 
@@ -88,7 +88,11 @@ def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
     with pytest.raises(book.BuildError) as err:
         book.execute_chapter("99-broken", log=lambda *_: None)
     msg = str(err.value)
-    assert "99-broken failed" in msg and "value = 1 / 0" in msg and "ZeroDivisionError" in msg
+    assert "\n" not in msg and "99-broken failed in cell" in msg and "ZeroDivisionError" in msg
+    assert "there was no earlier output" in msg and "log: " in msg
+    details = err.value.details  # the failing cell and its traceback, also in the log file
+    assert "value = 1 / 0" in details and "ZeroDivisionError" in details
+    assert "value = 1 / 0" in (cache / "logs" / "99-broken.log").read_text()
     assert not (executed / "99-broken.ipynb").exists()  # the error notebook is never published
 
 

@@ -1,0 +1,130 @@
+"""Chapter-specific parameter checks that ``attnbook`` runs before a kernel starts.
+
+``attnbook`` checks every parameter against the chapter's parameters cell (names, and types from
+the defaults). What only the chapter knows, such as which entries chapter 3's ``sizes`` dict may
+replace, is checked by a function ``check(params)`` raising a one-line
+:class:`~attnlib.ParameterError`, found in ``CHAPTER_CHECKS`` (chapter id -> function) of this
+module or of any attnlib module the chapter imports, or named by a comment line
+``# attnbook: check attnlib.<module>:<function>`` in the chapter's parameters cell.
+
+The checks here read what they need from the chapter source itself (its ``PROFILE_SIZES``
+literal), so that the chapter stays the one place where its sizes are written.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import replace
+
+from ._validation import ParameterError, check_bool, check_float, check_int
+
+__all__ = ["CHAPTER_CHECKS", "sizes_schema", "check_sizes", "check_positional_semantic"]
+
+
+def _chapter_source(chapter: str) -> str:
+    from . import book
+
+    return (book.CHAPTERS / f"{chapter}.md").read_text()
+
+
+def _kind(node: ast.AST) -> tuple[str, str | None]:
+    """What a value written in ``PROFILE_SIZES`` is: config / bool / int / float / ints / numbers."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return ("config", name) if name.endswith("Config") else ("numbers", None)
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, bool):
+            return "bool", None
+        if isinstance(value, int):
+            return "int", None
+        if isinstance(value, float):
+            return "float", None
+        return "any", None
+    if isinstance(node, ast.List | ast.Tuple):
+        ints = all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
+        return ("ints" if ints and node.elts else "numbers"), None
+    if isinstance(node, ast.ListComp):
+        return "numbers", None
+    return "any", None
+
+
+def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tuple[str, str | None]]:
+    """``{entry: (kind, config class name)}`` of the sizes dict ``variable`` in a chapter source.
+
+    ``variable`` is a literal ``{"quick": dict(key=value, ...), "full": dict(...)}`` in one of the
+    chapter's code cells; an entry's kind is read from how its value is written.
+    """
+    for block in source.split("```"):
+        if variable not in block:
+            continue
+        code = block.split("\n", 1)[1] if block.startswith("{code-cell}") else block
+        try:
+            tree = ast.parse("\n".join(ln for ln in code.splitlines() if not ln.startswith(":tags:")))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == variable
+                                                     for t in node.targets)
+                    and isinstance(node.value, ast.Dict)):
+                schema: dict[str, tuple[str, str | None]] = {}
+                for profile in node.value.values:
+                    if isinstance(profile, ast.Call):
+                        for kw in profile.keywords:
+                            if kw.arg is not None:
+                                schema.setdefault(kw.arg, _kind(kw.value))
+                return schema
+    raise ParameterError(f"the chapter defines no {variable} literal to check 'sizes' against")
+
+
+def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs) -> None:
+    """Check a ``sizes`` override dict against :func:`sizes_schema` (one-line ParameterError)."""
+    if not isinstance(sizes, dict):
+        raise ParameterError(f"sizes={sizes!r} must be a dict such as {{'pd_d': 16}}")
+    unknown = sorted(set(sizes) - set(schema))
+    if unknown:
+        raise ParameterError(f"sizes: unknown entries {unknown}; known: {sorted(schema)}")
+    for key, value in sizes.items():
+        (kind, config), name = schema[key], f"sizes[{key!r}]"
+        if kind == "config":
+            cls = getattr(configs, config)
+            if not isinstance(value, dict):
+                raise ParameterError(f"{name}={value!r} must be a dict of {cls.__name__} fields")
+            try:
+                replace(cls(), **value)
+            except TypeError as err:
+                raise ParameterError(f"{name}: {err}") from None
+            except ValueError as err:
+                raise ParameterError(f"{name}: {str(err).splitlines()[0]}") from None
+        elif kind == "bool":
+            check_bool(name, value)
+        elif kind == "int":
+            check_int(name, value, minimum=1)
+        elif kind == "float":
+            check_float(name, value, minimum=0.0, strict=True)
+        elif kind in ("ints", "numbers"):
+            if not isinstance(value, list | tuple):
+                raise ParameterError(f"{name}={value!r} must be a list")
+            for v in value:
+                if kind == "ints":
+                    check_int(name, v, minimum=1)
+                elif not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                          and v >= 0):
+                    raise ParameterError(f"{name} entry {v!r} must be a finite number >= 0")
+
+
+def check_positional_semantic(params: dict) -> None:
+    """Chapter 3 (``03-positional-semantic``): ``recompute`` is a boolean and ``sizes`` only
+    replaces entries of the chapter's ``PROFILE_SIZES``, each with a value of the right kind."""
+    from . import dotattn
+
+    check_bool("recompute", params.get("recompute", False))
+    sizes = params.get("sizes", {})
+    if sizes:
+        check_sizes(sizes, sizes_schema(_chapter_source("03-positional-semantic")), dotattn)
+
+
+#: chapter id -> check(params), run by ``attnbook`` before a kernel starts.
+CHAPTER_CHECKS = {"03-positional-semantic": check_positional_semantic}

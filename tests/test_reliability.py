@@ -1,0 +1,327 @@
+"""Re-runs never lose work: atomic outputs, parameters checked first, slots, locks, stored results.
+
+Executions here use a tiny throwaway chapter in a temporary book tree (``$ATTNBOOK_ROOT`` for the
+command-line subprocesses, the module's path globals in-process), never the book's chapters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from attnlib import book
+
+from .conftest import ROOT
+
+TINY = """\
+---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+# Tiny
+
+```{code-cell} python
+:tags: [parameters]
+profile = "quick"  # "quick" or "full"
+device = "cpu"
+seed = 0
+n = 4              # sweep points
+flag = False       # a boolean
+```
+
+```{code-cell} python
+import os
+import time
+
+import attnlib as al
+
+run = al.start_chapter("99-tiny", profile=profile, device=device, seed=seed, quiet=True)
+delay = float(os.environ.get("TINY_DELAY", "0"))
+assert os.environ.get("TINY_FAIL") != "1", "asked to fail"
+
+
+def point(i):
+    time.sleep(delay)
+    return {"sq": i * i}
+
+
+res = al.sweep(point, [{"i": i} for i in range(n)], os.environ.get("TINY_SWEEP", "squares"), run=run)
+run.record(total=int(res.sq.sum()), flag=flag, is_bool=isinstance(flag, bool))
+run.write_summary()
+```
+"""
+
+QUIET = {"log": lambda *_: None}
+
+
+def _make_root(root: Path) -> Path:
+    (root / "chapters").mkdir(parents=True)
+    (root / "chapters" / "99-tiny.md").write_text(TINY)
+    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: chapters/99-tiny\n")
+    return root
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    """A book tree with one tiny chapter; ``attnlib.book`` pointed at it."""
+    root = _make_root(tmp_path / "root")
+    for name, value in {
+        "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
+        "CACHE": root / "book" / "_cache", "BUILD": root / "_build",
+        "RECORDS": root / "book" / "_cache" / "executions.json",
+        "TABLE": root / "book" / "chapters" / "execution-table.md",
+    }.items():
+        monkeypatch.setattr(book, name, value)
+    for var in ("TINY_DELAY", "TINY_FAIL", "TINY_SWEEP"):
+        monkeypatch.delenv(var, raising=False)
+    return root
+
+
+def _outputs(root: Path, slot: str = "99-tiny") -> dict[str, bytes]:
+    notebook, summary = book.slot_paths("99-tiny", slot)
+    return {p.name: p.read_bytes() for p in (notebook, summary) if p.exists()}
+
+
+def _cli(root: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    env = {**os.environ, "ATTNBOOK_ROOT": str(root), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "attnlib.book", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+# ---- failures keep the last good output --------------------------------------------------------
+def test_failed_run_keeps_previous_outputs(tiny, monkeypatch, capsys):
+    assert book.main(["run", "99-tiny"]) == 0
+    before = _outputs(tiny)
+    assert set(before) == {"99-tiny.ipynb", "99-tiny.summary.json"}
+    capsys.readouterr()
+    monkeypatch.setenv("TINY_FAIL", "1")
+    assert book.main(["run", "99-tiny", "--force"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err  # one line: what failed, the log, what is kept
+    assert "99-tiny failed in cell" in err[0] and "AssertionError: asked to fail" in err[0]
+    assert "the last good output is kept" in err[0] and "4 finished sweep points saved" in err[0]
+    assert _outputs(tiny) == before
+    assert "asked to fail" in (tiny / "book" / "_cache" / "logs" / "99-tiny.log").read_text()
+    assert not list((tiny / "book" / "_cache" / "work").iterdir())  # no partial left behind
+    monkeypatch.delenv("TINY_FAIL")
+    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])  # still the good run
+
+
+def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypatch):
+    book.execute_chapter("99-tiny", **QUIET)
+    before = _outputs(tiny)
+    proc = _cli(tiny, "run", "99-tiny", "--force", "-p", "n=40",
+                env={"TINY_DELAY": "0.5", "TINY_SWEEP": "slow"})
+    slot = "99-tiny@n=40"
+    checkpoints = tiny / "book" / "_cache" / "sweeps" / slot
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        done = sum(len(p.read_text().splitlines()) for p in checkpoints.glob("*/slow.jsonl"))
+        if done >= 2 or proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)  # what Ctrl-C does (SIGINT) takes the same path
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("interrupted: chapter 99-tiny@n=40 was interrupted")
+    assert "Traceback" not in err and "there was no earlier output" in lines[-1]
+    saved = sum(len(p.read_text().splitlines()) for p in checkpoints.glob("*/slow.jsonl"))
+    assert saved >= 2 and f"{saved} finished sweep points saved" in lines[-1]
+    assert _outputs(tiny) == before  # the default slot was never touched
+    # the next run resumes from the finished points
+    monkeypatch.setenv("TINY_SWEEP", "slow")
+    lines_seen = []
+    book.execute_chapter("99-tiny", {"n": 40}, log=lines_seen.append)
+    assert any(f"resuming after {saved} finished points" in line for line in lines_seen)
+
+
+# ---- records and outputs on disk -------------------------------------------------------------
+def test_corrupt_records_are_reported_not_crashed(tiny, capsys):
+    book.execute_chapter("99-tiny", **QUIET)
+    records = tiny / "book" / "_cache" / "executions.json"
+    records.write_text(records.read_text()[:40])  # truncated mid-write
+    assert book.main(["list"]) == 0
+    captured = capsys.readouterr()
+    warnings = captured.err.strip().splitlines()
+    assert len(warnings) == 1 and "executions.json is unreadable" in warnings[0]
+    assert "Traceback" not in captured.err and "needs execution: never executed" in captured.out
+    book._WARNED.clear()
+    book.execute_chapter("99-tiny", **QUIET)  # re-executes, sets the bad file aside
+    assert json.loads(records.read_text())["99-tiny"]["key"]
+    assert list(records.parent.glob("executions.corrupt-*.json"))
+
+
+def test_truncated_notebook_is_not_current_and_list_says_why(tiny, capsys):
+    book.execute_chapter("99-tiny", **QUIET)
+    notebook, _ = book.slot_paths("99-tiny", "99-tiny")
+    notebook.write_bytes(notebook.read_bytes()[:200])
+    book.main(["list"])
+    assert "executed notebook unreadable or incomplete" in capsys.readouterr().out
+    source = tiny / "chapters" / "99-tiny.md"
+    source.write_text(source.read_text() + "\nOne more sentence.\n")
+    book.main(["list"])
+    assert "needs execution: chapters/99-tiny.md changed" in capsys.readouterr().out
+
+
+def test_non_default_run_has_its_own_slot(tiny, capsys):
+    book.execute_chapter("99-tiny", **QUIET)
+    before = _outputs(tiny)
+    record = book.execute_chapter("99-tiny", {"seed": 1, "flag": True}, **QUIET)
+    assert record["slot"] == "99-tiny@flag=True,seed=1"
+    assert _outputs(tiny) == before
+    summary = json.loads(_outputs(tiny, record["slot"])["99-tiny.summary.json"])
+    assert summary["seed"] == 1 and summary["flag"] is True
+    assert book.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "99-tiny " in out and "99-tiny@flag=True,seed=1" in out and out.count("current") == 2
+
+
+def test_clean_stale_prunes_old_checkpoints_only(tiny):
+    book.execute_chapter("99-tiny", **QUIET)
+    sweeps = tiny / "book" / "_cache" / "sweeps" / "99-tiny"
+    current = [p.name for p in sweeps.iterdir() if p.is_dir()]
+    (sweeps / "0123456789abcdef").mkdir()
+    (sweeps / "0123456789abcdef" / "old.jsonl").write_text("{}\n")
+    book.clean(stale=True, **QUIET)
+    assert [p.name for p in sweeps.iterdir() if p.is_dir()] == current
+    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+
+
+# ---- locks -------------------------------------------------------------------------------------
+def test_two_concurrent_builds_do_not_interleave(tiny):
+    env = {"TINY_DELAY": "0.3"}
+    first = _cli(tiny, "build", "--no-site", env=env)
+    lock = tiny / "book" / "_cache" / "locks" / "build.lock"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (lock.exists() and lock.read_text().strip()):
+        time.sleep(0.2)
+    second = _cli(tiny, "build", "--no-site", env=env)
+    out1, err1 = first.communicate(timeout=300)
+    out2, err2 = second.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, err1 + err2
+    assert "waiting: another attnbook build in this checkout is already running" in out2
+    assert "99-tiny: executed in" in out1 and "executed in" not in out2.replace("executed, ", "")
+    assert "1 of 1 chapters executed" in out1 and "0 of 1 chapters executed" in out2
+
+
+# ---- parameters are checked before a kernel starts ---------------------------------------------
+def _bad_values(schema: dict) -> list[tuple[str, str]]:
+    bad = [("bogus", "1"), ("profile", "fast"), ("seed", "-1"), ("seed", "2**64"), ("seed", "1.5"),
+           ("device", "tpu")]
+    for name, p in schema.items():
+        if name in book.COMMON:
+            continue
+        if isinstance(p.default, bool):
+            bad.append((name, "maybe"))
+        elif isinstance(p.default, int | float):
+            bad.append((name, "abc"))
+        elif isinstance(p.default, dict | list):
+            bad += [(name, "[1,2"), (name, "'text'")]
+    return bad
+
+
+def _cases():
+    for chapter in book.toc_chapters():
+        schema = book.parameter_schema(book._read_chapter(chapter))
+        for name, raw in _bad_values(schema):
+            yield chapter, f"{name}={raw}"
+    yield "03-positional-semantic", "sizes={'pd_dd': 16}"
+    yield "03-positional-semantic", "sizes={'sim': {'d': 0}}"
+    yield "03-positional-semantic", "sizes={'pd_alphas': ['a']}"
+    yield "no-such-chapter", "seed=1"
+
+
+@pytest.mark.parametrize(("chapter", "pair"), list(_cases()))
+def test_every_parameter_is_refused_before_a_kernel_starts(chapter, pair, monkeypatch, capsys):
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a kernel was started")
+
+    monkeypatch.setattr(book, "_execute", no_kernel)
+    assert book.main(["run", chapter, "-p", pair]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err
+
+
+def test_recompute_false_is_false():
+    parsed = book._cli_params(["03-positional-semantic"], ["recompute=false", "sizes={'pd_d': 16}"])
+    assert parsed == {"recompute": False, "sizes": {"pd_d": 16}}
+    assert book._cli_params(["03-positional-semantic"], ["recompute=True"]) == {"recompute": True}
+
+
+def test_usage_errors_exit_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "attnlib.book", "run"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_chapter3_sizes_check_knows_every_entry_of_the_chapter():
+    """The check reads PROFILE_SIZES from the chapter itself: every entry there is accepted."""
+    from attnlib import _chapter_params as cp
+
+    schema = cp.sizes_schema(cp._chapter_source("03-positional-semantic"))
+    assert {"hist", "sim", "pd_d", "pd_alphas", "batch_by_alpha"} <= set(schema)
+    assert schema["hist"] == ("config", "HistogramConfig") and schema["pd_d"] == ("int", None)
+
+
+# ---- stored results ----------------------------------------------------------------------------
+def test_tampered_stored_result_is_refused(tmp_path):
+    import attnlib as al
+    from attnlib._store import StoredResultError
+
+    run = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return pd.DataFrame({"x": [1.0, 2.0], "y": [0.5, 0.25]})
+
+    al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+    again = al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+    assert len(calls) == 1 and again.attrs["provenance"]["stored"] and again.attrs["note"]
+    csv = tmp_path / "99-tiny" / "table.csv"
+    csv.write_text(csv.read_text().replace("0.25", "0.35"))  # a number edited by hand
+    with pytest.raises(StoredResultError, match="table.csv"):
+        al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+    record = tmp_path / "99-tiny" / "table.provenance.json"
+    csv.write_text(csv.read_text().replace("0.35", "0.25"))
+    edited = json.loads(record.read_text())
+    edited["params"]["n"] = 3  # an edited provenance record
+    record.write_text(json.dumps(edited))
+    with pytest.raises(StoredResultError, match="table.provenance.json"):
+        al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+
+
+def test_stale_stored_result_is_loaded_with_a_note(tmp_path):
+    import attnlib as al
+    from attnlib import _store
+
+    run = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    df = pd.DataFrame({"x": [1.0]})
+    al.stored_or_compute(run, "t", lambda: df, {"n": 1}, results_dir=tmp_path)
+    record_path = tmp_path / "99-tiny" / "t.provenance.json"
+    record = json.loads(record_path.read_text())
+    record["code_hash"] = "0" * 64  # produced by other code
+    record_path.write_text(json.dumps(_store._seal(record), indent=2))
+    loaded = al.stored_or_compute(run, "t", lambda: df, {"n": 1}, results_dir=tmp_path)
+    note = loaded.attrs["note"]
+    assert loaded.attrs["provenance"]["stored"] and loaded.attrs["provenance"]["stale"]
+    assert "older code" in note and "recompute" in note
+    assert run.records["stored_results"]["t"]["note"] == note
+
+
+def test_kernel_runs_without_the_tcp_warning(tiny, capfd):
+    book.execute_chapter("99-tiny", **QUIET)
+    captured = capfd.readouterr()
+    assert "without encryption" not in captured.out + captured.err
+
