@@ -39,8 +39,10 @@ def sandbox(tmp_path, monkeypatch):
 
 def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": TOY_CH3}
-    book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
-    summary_path = sandbox / "executed" / "03-positional-semantic.summary.json"
+    record = book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
+    # a non-default run has its own output slot: the book's default one is never touched
+    summary_path = book.slot_paths("03-positional-semantic", record["slot"])[1]
+    assert record["slot"] != "03-positional-semantic" and summary_path.exists()
     first = json.loads(summary_path.read_text())
     assert first["profile"] == "full"
     loaded = first["results_loaded_from_store"]
@@ -65,5 +67,5 @@ def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
 
 def test_unknown_size_entry_is_refused_before_any_work(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": {"pd_dd": 16}}
-    with pytest.raises(book.BuildError, match=r"sizes: unknown entries \['pd_dd'\]"):
+    with pytest.raises(book.ParameterError, match=r"sizes: unknown entries \['pd_dd'\]"):
         book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
