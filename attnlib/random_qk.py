@@ -62,8 +62,16 @@ __all__ = [
     "bilinear_target",
     "max_over_keys_target",
     "max_over_keys_floor",
+    "max_over_keys_block_variances",
+    "key_key_target",
+    "cumulative_rank",
+    "eigenlearning_risk_min",
+    "eigenlearning_samples_to_risk",
+    "level_crossing_n",
+    "finite_head_spectrum",
     "kernel_ridge_path",
     "feature_ridge_path",
+    "center_kernel",
     "ridge_direct",
     "validated_risk",
     "rfa_complexity_bilinear",
@@ -86,7 +94,7 @@ class RandomQKConfig:
     n_val: int = 250  # validation points (choose the ridge lambda)
     n_test: int = 250  # fresh test points (excess risk)
     heads: int = 250  # heads of the finite-head RFA/BRFA comparisons
-    heads_list: tuple = (16, 32, 64, 128, 256)  # heads for the error-vs-M figure
+    heads_list: tuple = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # error vs M
     mc_heads: tuple = (10, 30, 100, 300, 1000, 3000, 10000)  # kernel Monte Carlo
     mc_sequences: int = 8  # sequences in the kernel Monte Carlo check
     mc_repeats: int = 20  # independent head draws per M in the Monte Carlo check
@@ -96,16 +104,34 @@ class RandomQKConfig:
     small_N: int = 4  # keys of the crossing experiment
     small_n_list: tuple = (25, 50, 100, 200, 400, 800)  # sizes of the crossing experiment
     seeds: int = 3  # independent repetitions (data, weights, target)
-    lambdas: tuple = field(default_factory=lambda: tuple(10.0 ** np.arange(-9, 1)))
+    brfa_seeds: int = 4  # repetitions of the RFA/BRFA comparison
+    floor_d: int = 3  # dimension of the max-over-keys experiment that reaches the floor
+    floor_N: int = 2  # keys of that experiment
+    floor_n_list: tuple = (50, 100, 200, 400, 800)  # its training-set sizes
+    floor_n_val: int = 500  # its validation points
+    floor_n_test: int = 1000  # its test points
+    s2r_level: float = 0.5  # relative risk whose sample size is compared across N and d
+    s2r_d: int = 4  # dimension of the samples-vs-N comparison
+    s2r_N_list: tuple = (2, 4, 8)  # keys of the samples-vs-N comparison
+    s2r_N: int = 4  # keys of the samples-vs-d comparison
+    s2r_d_list: tuple = (3, 4, 6, 8)  # dimensions of the samples-vs-d comparison
+    spec_n_cov: int = 16000  # sequences for the finite-head feature covariance (BRFA theory)
+    spec_n_proj: int = 100000  # sequences for the target projections (BRFA theory)
+    # ridge grid: the ridgeless limit 0 and 1e-12 ... 1 (chosen on validation data)
+    lambdas: tuple = field(default_factory=lambda: (0.0, *(float(v) for v in 10.0 ** np.arange(-12, 1))))
 
     def __post_init__(self):
         for name in ("d", "N", "n_val", "n_test", "heads", "mc_sequences", "mc_repeats",
-                     "small_d", "small_N", "seeds"):
+                     "small_d", "small_N", "seeds", "brfa_seeds", "floor_d", "floor_N",
+                     "floor_n_val", "floor_n_test", "s2r_d", "s2r_N", "spec_n_cov",
+                     "spec_n_proj"):
             check_int(name, getattr(self, name), minimum=1)
-        check_int("d", self.d, minimum=3)
-        check_int("small_d", self.small_d, minimum=3)
+        for name in ("d", "small_d", "floor_d", "s2r_d"):
+            check_int(name, getattr(self, name), minimum=3)
+        check_float("s2r_level", self.s2r_level, minimum=0.0, maximum=1.0, strict=True)
         check_choice("N", self.N, self.N_list)
-        for name in ("N_list", "n_list", "heads_list", "mc_heads", "small_n_list"):
+        for name in ("N_list", "n_list", "heads_list", "mc_heads", "small_n_list",
+                     "floor_n_list", "s2r_N_list", "s2r_d_list"):
             values = getattr(self, name)
             if len(values) == 0:
                 raise ParameterError(f"{name}={values!r} must be a non-empty tuple of positive integers")
@@ -115,7 +141,7 @@ class RandomQKConfig:
         for c in self.bias_list:
             check_float("bias_list", c, minimum=0.0)
         for lam in self.lambdas:
-            check_float("lambdas", lam, minimum=0.0, strict=True)
+            check_float("lambdas", lam, minimum=0.0)
 
 
 PROFILES = {
@@ -124,10 +150,14 @@ PROFILES = {
     # one data-centre GPU (paper-like scale; the paper's own sizes could not be checked)
     "full": RandomQKConfig(
         d=12, N_list=(2, 4, 8, 16), N=8, n_list=(128, 256, 512, 1024, 2048, 4096, 8192),
-        n_val=2000, n_test=2000, heads=2000, heads_list=(16, 32, 64, 128, 256, 512, 1024, 2048),
+        n_val=2000, n_test=2000, heads=2000,
+        heads_list=(16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
         mc_heads=(10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000),
         mc_sequences=16, mc_repeats=50, small_d=6, small_N=4,
-        small_n_list=(50, 100, 200, 400, 800, 1600, 3200, 6400), seeds=5,
+        small_n_list=(50, 100, 200, 400, 800, 1600, 3200, 6400), seeds=5, brfa_seeds=8,
+        floor_N=3, floor_n_list=(50, 100, 200, 400, 800, 1600, 3200), floor_n_val=2000,
+        floor_n_test=4000, s2r_N_list=(2, 4, 8, 16, 32), s2r_d_list=(3, 4, 6, 8, 12),
+        spec_n_cov=400000, spec_n_proj=1000000,
     ),
 }
 
@@ -464,6 +494,34 @@ def max_over_keys_target(x):
     return math.sqrt(d) * torch.einsum("nd,nid->ni", x[:, 0], x[:, 1:]).amax(dim=1)
 
 
+def key_key_target(x):
+    r"""Key-key interaction :math:`\frac1N\sum_{i\ne j}\sqrt d\,\langle x_i, x_j\rangle`
+    (permutation invariant, outside the RFA class, variance :math:`2(N-1)/N`); ``(n,)``."""
+    d, N = x.shape[-1], x.shape[1] - 1
+    s = x[:, 1:].sum(dim=1)
+    return math.sqrt(d) * ((s * s).sum(-1) - N) / N
+
+
+def _max_over_keys_parts(d, N, grid):
+    r"""Grid, density of :math:`t = \langle x_0, x_1\rangle`, :math:`h(t)`, Var max and the
+    trapezoid rule (shared by the floor and its block decomposition)."""
+    t = np.linspace(-1.0, 1.0, grid)
+    p = np.ones_like(t) if d == 3 else np.power(np.clip(1 - t * t, 0, None), (d - 3) / 2)
+    dt = t[1] - t[0]
+    F = np.concatenate([[0.0], np.cumsum((p[1:] + p[:-1]) / 2) * dt])
+    p, F = p / F[-1], F / F[-1]
+
+    def integ(y):
+        return float(np.sum((y[1:] + y[:-1]) / 2) * dt)
+
+    dGN = N * F ** (N - 1) * p  # density of the max
+    m1, m2 = integ(t * dGN), integ(t * t * dGN)
+    # h(t) = t + int_t^1 (1 - F(u)^{N-1}) du
+    tail = 1 - F ** (N - 1)
+    cum = np.concatenate([[0.0], np.cumsum((tail[1:] + tail[:-1]) / 2) * dt])
+    return t, p, t + (cum[-1] - cum), m2 - m1**2, integ
+
+
 def max_over_keys_floor(d, N, grid=200001):
     r"""Relative :math:`L^2` distance from :func:`max_over_keys_target` to the RFA function class.
 
@@ -472,29 +530,30 @@ def max_over_keys_floor(d, N, grid=200001):
     projection, so the floor is :math:`1 - N\,\mathrm{Var}\,h(t_1)/\mathrm{Var}\max_i t_i` with
     :math:`h(t) = \mathbb E[\max_i t_i \mid t_1 = t]`.  Computed on a 1-D grid.
     """
-    t = np.linspace(-1.0, 1.0, grid)
-    with np.errstate(divide="ignore"):
-        p = np.power(np.clip(1 - t * t, 0, None), (d - 3) / 2)
-    if d == 3:
-        p = np.ones_like(t)
-    dt = t[1] - t[0]
-    F = np.concatenate([[0.0], np.cumsum((p[1:] + p[:-1]) / 2) * dt])
-    p, F = p / F[-1], F / F[-1]
-
-    def integ(y):
-        return float(np.sum((y[1:] + y[:-1]) / 2) * dt)
-
-    GN = F**N
-    dGN = N * F ** (N - 1) * p  # density of the max
-    m1, m2 = integ(t * dGN), integ(t * t * dGN)
-    var_max = m2 - m1**2
-    # h(t) = t + int_t^1 (1 - F(u)^{N-1}) du
-    tail = 1 - F ** (N - 1)
-    cum = np.concatenate([[0.0], np.cumsum((tail[1:] + tail[:-1]) / 2) * dt])
-    h = t + (cum[-1] - cum)
+    t, p, h, var_max, integ = _max_over_keys_parts(d, N, grid)
     hm1, hm2 = integ(h * p), integ(h * h * p)
-    del GN
     return 1.0 - N * (hm2 - hm1**2) / var_max
+
+
+def max_over_keys_block_variances(d, N, kmax, grid=200001):
+    r"""Harmonic decomposition of the learnable part of :func:`max_over_keys_target`.
+
+    The first-order projection is :math:`\sum_i h(t_i)` up to a constant; its pair term
+    :math:`N\sqrt d\,h(\langle x_0, x\rangle)` lives in the blocks :math:`(k, k)` with variance
+    :math:`N\dim_{d,k}\,c_k^2` (times :math:`d`), :math:`c_k = \mathbb E[h(t) Q_k(t)]`.
+    Returns ``(v, floor, var_max)``: ``v[k]`` the fraction of :math:`\mathrm{Var} f_{\max}` in
+    block :math:`(k, k)` for ``k <= kmax``, the floor (:func:`max_over_keys_floor`; the
+    fractions of all ``k`` sum to ``1 - floor``), and :math:`\mathrm{Var}\max_i t_i`.
+    Chapter 1, eq. ``ch1-max-floor``.
+    """
+    t, p, h, var_max, integ = _max_over_keys_parts(d, N, grid)
+    tt = torch.tensor(t, dtype=torch.float64)
+    v = np.zeros(kmax + 1)
+    for k in range(1, kmax + 1):
+        c = integ(h * gegenbauer(k, tt, d).numpy() * p)
+        v[k] = N * harmonic_dim(d, k) * c * c / var_max
+    hm1, hm2 = integ(h * p), integ(h * h * p)
+    return v, 1.0 - N * (hm2 - hm1**2) / var_max, var_max
 
 
 # --------------------------------------------------------------------------------------
@@ -514,8 +573,38 @@ def kernel_ridge_path(K_tr, y_tr, K_ev, lambdas):
     n = K_tr.shape[0]
     lam = torch.as_tensor(lambdas, dtype=K_tr.dtype, device=K_tr.device)
     e, U = torch.linalg.eigh(K_tr)
-    coef = (U.T @ y)[None] / (e[None, :, None] + lam[:, None, None] * n)  # (L, n, T)
+    coef = (U.T @ y)[None] * _inverse_shifted(e, lam * n)[:, :, None]  # (L, n, T)
     return torch.einsum("mk,lkt->lmt", K_ev @ U, coef)
+
+
+def _inverse_shifted(e, shifts, rtol=1e-12):
+    r""":math:`1/(e_k + s_l)` for every shift, shape ``(L, len(e))``.
+
+    A zero shift gives the pseudo-inverse: eigenvalues below ``rtol`` times the largest (round-off
+    of a numerically singular Gram matrix) are treated as zero, so :math:`\lambda = 0` is the
+    minimum-norm interpolant, the ridgeless limit of the path.
+    """
+    e = e.clamp_min(0.0)
+    cut = rtol * float(e.max()) if e.numel() else 0.0
+    denom = e[None, :] + shifts[:, None]
+    keep = denom > cut
+    return torch.where(keep, 1.0 / torch.where(keep, denom, torch.ones_like(denom)),
+                       torch.zeros_like(denom))
+
+
+def center_kernel(K_tr, K_ev):
+    r"""Centre a kernel on the training points: ridge with an unpenalised intercept.
+
+    Kernel ridge on :math:`K^c = HKH` (:math:`H = I - \mathbf 1\mathbf 1^\top/n`) with labels
+    :math:`y - \bar y`, predicting :math:`\bar y + K^c(x, X)\alpha`, is ridge regression on the
+    features centred at their training mean plus a free intercept.  ``K_tr``: ``(n, n)``,
+    ``K_ev``: ``(m, n)``; returns the centred pair.
+    """
+    col = K_tr.mean(dim=0)
+    tot = col.mean()
+    K_tr_c = K_tr - col[None, :] - col[:, None] + tot
+    K_ev_c = K_ev - K_ev.mean(dim=1, keepdim=True) - col[None, :] + tot
+    return K_tr_c, K_ev_c
 
 
 def feature_ridge_path(Psi_tr, y_tr, Psi_ev, lambdas):
@@ -533,7 +622,7 @@ def feature_ridge_path(Psi_tr, y_tr, Psi_ev, lambdas):
     y = y_tr[:, None] if y_tr.ndim == 1 else y_tr
     lam = torch.as_tensor(lambdas, dtype=Psi_tr.dtype, device=Psi_tr.device)
     e, Q = torch.linalg.eigh(Psi_tr.T @ Psi_tr)
-    coef = (Q.T @ (Psi_tr.T @ y))[None] / (e[None, :, None] + lam[:, None, None] * n)
+    coef = (Q.T @ (Psi_tr.T @ y))[None] * _inverse_shifted(e, lam * n)[:, :, None]
     return torch.einsum("mk,lkt->lmt", Psi_ev @ Q, coef)
 
 
@@ -590,6 +679,8 @@ def _targets(x, names, S):
             cols.append(bilinear_target(x, S))
         elif name == "max":
             cols.append(max_over_keys_target(x))
+        elif name == "keykey":
+            cols.append(key_key_target(x))
         elif name.startswith("geg"):
             cols.append(gegenbauer_target(x, int(name[3:])))
         else:
@@ -597,17 +688,20 @@ def _targets(x, names, S):
     return torch.stack(cols, dim=1)
 
 
-def target_variances(names, d, N, S, *, generator, device, samples=40_000):
-    r"""Population variances of the targets: exact for ``bilinear`` and ``geg<k>`` (:math:`1/N`),
-    Monte Carlo with ``samples`` fresh sequences for ``max``."""
+def target_variances(names, d, N, S=None, *, generator=None, device=None):
+    r"""Population variances of the targets, all exact: :math:`1/N` for ``bilinear`` and
+    ``geg<k>`` (unit-variance pair terms, uncorrelated across keys), :math:`2(N-1)/N` for
+    ``keykey`` and :math:`d\,\mathrm{Var}\max_i t_i` for ``max`` (one-dimensional integral,
+    :func:`max_over_keys_block_variances`)."""
     out = []
     for name in names:
         if name == "max":
-            x = sample_tokens(samples, N, d, generator=generator, device=device)
-            out.append(max_over_keys_target(x).var())
+            out.append(d * max_over_keys_block_variances(d, N, 0)[2])
+        elif name == "keykey":
+            out.append(2.0 * (N - 1) / N)
         else:
-            out.append(torch.tensor(1.0 / N, dtype=torch.float64, device=device))
-    return torch.stack(out)
+            out.append(1.0 / N)
+    return torch.tensor(out, dtype=torch.float64, device=device)
 
 
 def _curves_from_kernel(K, y, var, n_list, n_val, lambdas, model, names):
@@ -615,8 +709,9 @@ def _curves_from_kernel(K, y, var, n_list, n_val, lambdas, model, names):
     n_max = K.shape[1]
     rows = []
     for n in n_list:
-        mean = y[:n].mean(dim=0)  # unpenalised intercept: fit the centred labels
-        preds = kernel_ridge_path(K[:n, :n], y[:n] - mean, K[n_max:, :n], lambdas) + mean
+        mean = y[:n].mean(dim=0)
+        K_tr, K_ev = center_kernel(K[:n, :n], K[n_max:, :n])
+        preds = kernel_ridge_path(K_tr, y[:n] - mean, K_ev, lambdas) + mean
         risk, best = validated_risk(preds, y[n_max:n_max + n_val], y[n_max + n_val:], var, n_val)
         for t, name in enumerate(names):
             rows.append({"model": model, "target": name, "n": int(n), "risk": float(risk[t]),
@@ -635,39 +730,50 @@ def _data(d, N, n_max, n_val, n_test, seed, targets, device):
 
 
 def kernel_curves_point(*, d, N, n_list, n_val, n_test, seed, lambdas,
-                        targets=("bilinear", "max"), device="cpu"):
+                        targets=("bilinear", "max"), models=("RFA", "RFMLP"), device="cpu"):
     r"""Learning curves of the infinite-width RFA and RFMLP (closed-form kernels) for one seed.
 
     Returns rows ``{model, target, n, risk, lam}``; ``risk`` is the relative excess risk on
     ``n_test`` fresh sequences with :math:`\lambda` chosen on ``n_val`` validation sequences.
-    The labels are centred on their training mean before the ridge fit (an unpenalised
-    intercept), in this and the other ``*_point`` functions.
+    The fit has an unpenalised intercept (:func:`center_kernel`), in this and the other
+    ``*_point`` functions.
     """
     n_max = max(n_list)
     x, y, var, _ = _data(d, N, n_max, n_val, n_test, seed, targets, device)
-    K = torch.cat([rfa_kernel(x[:n_max]), rfa_kernel(x[n_max:], x[:n_max])], dim=0)
-    rows = _curves_from_kernel(K, y, var, n_list, n_val, lambdas, "RFA", targets)
-    X = concat_tokens(x)
-    Kmlp = rfmlp_kernel(X, X[:n_max], scale2=N + 2.0)
-    rows += _curves_from_kernel(Kmlp, y, var, n_list, n_val, lambdas, "RFMLP", targets)
+    rows = []
+    if "RFA" in models:
+        K = torch.cat([rfa_kernel(x[:n_max]), rfa_kernel(x[n_max:], x[:n_max])], dim=0)
+        rows += _curves_from_kernel(K, y, var, n_list, n_val, lambdas, "RFA", targets)
+    if "RFMLP" in models:
+        X = concat_tokens(x)
+        Kmlp = rfmlp_kernel(X, X[:n_max], scale2=N + 2.0)
+        rows += _curves_from_kernel(Kmlp, y, var, n_list, n_val, lambdas, "RFMLP", targets)
     return rows
 
 
 def heads_sweep_point(*, d, N, n_list, n_val, n_test, seed, lambdas, heads_list,
-                      targets=("bilinear",), device="cpu"):
-    """Validated risk of finite-head RFA at the largest ``n`` of ``n_list`` for every ``M``.
+                      targets=("bilinear",), device="cpu", chunk=256):
+    r"""Validated risk of finite-head RFA at the largest ``n`` of ``n_list`` for every ``M``.
 
     Same data as :func:`kernel_curves_point` with the same arguments (so the infinite-head
-    value of that function is the ``M -> infinity`` limit of these rows).
+    value of that function is the ``M -> infinity`` limit of these rows).  The head sets are
+    nested: the first ``M`` heads of one stream of draws, so the finite-head kernel
+    :math:`K_M = \frac1M\sum_{m\le M}\phi_{W_m}\phi_{W_m}^\top` is accumulated ``chunk``
+    heads at a time and every ``M`` of ``heads_list`` costs no more than the largest alone.
     Returns rows ``{heads, target, n, risk, lam}``.
     """
     n_max = max(n_list)
     x, y, var, g = _data(d, N, n_max, n_val, n_test, seed, targets, device)
-    rows = []
-    for M in heads_list:
-        Psi = design_matrix(rfa_features(x, sample_qk(M, d, generator=g, device=device)))
-        K = Psi @ Psi[:n_max].T
-        for r in _curves_from_kernel(K, y, var, [n_max], n_val, lambdas, "", targets):
+    W = sample_qk(max(heads_list), d, generator=g, device=device)  # one stream of draws
+    K = torch.zeros(x.shape[0], n_max, dtype=x.dtype, device=x.device)
+    rows, done = [], 0
+    for M in sorted(heads_list):
+        while done < M:
+            m = min(chunk, M - done)
+            F = rfa_features(x, W[done:done + m]).reshape(x.shape[0], -1)
+            K += F @ F[:n_max].T
+            done += m
+        for r in _curves_from_kernel(K / M, y, var, [n_max], n_val, lambdas, "", targets):
             r.pop("model")
             rows.append({"heads": int(M), **r})
     return rows
@@ -813,6 +919,21 @@ def eigenlearning_risk(eig, mult, target_var, n, ridge, trace=None):
     return e0 * float(np.sum((1 - L) ** 2 * tv)) / float(np.sum(tv))
 
 
+def cumulative_rank(eig, mult):
+    r"""Sample-size thresholds of the blocks of a spectrum: for every block, the number of
+    eigenvalues (with multiplicity) at least as large as its own.
+
+    Kernel ridge regression with :math:`n` samples resolves roughly the :math:`n` largest
+    eigenvalues, so block :math:`i` is learned once :math:`n` passes this cumulative rank --
+    the eigenvalues above it included, not its own dimension alone.  Arrays of any common shape;
+    returns an array of that shape.
+    """
+    e, m = np.asarray(eig, dtype=float), np.asarray(mult, dtype=float)
+    flat_e, flat_m = e.ravel(), m.ravel()
+    out = np.array([flat_m[flat_e >= v * (1 - 1e-12)].sum() for v in flat_e])
+    return out.reshape(e.shape)
+
+
 def dot_kernel_spectrum(L, qmax, *, nodes=400):
     r"""Eigenvalues :math:`\mu_q = \mathbb E[\kappa_1(t) Q_q(t)]` of the RFMLP kernel, treating the
     normalised concatenation :math:`X/\|X\|` as uniform on :math:`\mathbb S^{L-1}` (an
@@ -823,3 +944,129 @@ def dot_kernel_spectrum(L, qmax, *, nodes=400):
     eig = np.array([float(np.sum(w * k * gegenbauer(q, tt, L).numpy())) for q in range(qmax + 1)])
     mult = np.array([harmonic_dim(L, q) for q in range(qmax + 1)], dtype=float)
     return eig, mult, 0.5
+
+
+def eigenlearning_risk_min(eig, mult, target_var, n, lambdas, trace=None):
+    r"""Smallest :func:`eigenlearning_risk` over a ridge grid (what validation approximates).
+
+    The effective regularisations of all ridges are found together by a vectorised bisection in
+    :math:`\log\kappa`; the result equals ``min(eigenlearning_risk(..., lam, ...) for lam in
+    lambdas)``.
+    """
+    eig, mult, tv = (np.asarray(a, dtype=float).ravel() for a in (eig, mult, target_var))
+    tail = 0.0 if trace is None else max(trace - float(np.sum(eig * mult)), 0.0)
+    delta = np.asarray(lambdas, dtype=float) * n
+    lo, hi = np.full(delta.shape, -700.0), np.full(delta.shape, 700.0)  # log kappa
+    for _ in range(64):
+        mid = (lo + hi) / 2
+        kappa = np.exp(mid)
+        lhs = (mult * eig / (eig + kappa[:, None])).sum(1) + (tail + delta) / kappa - n
+        lo, hi = np.where(lhs > 0, mid, lo), np.where(lhs > 0, hi, mid)
+    kappa = np.exp((lo + hi) / 2)
+    L = eig / (eig + kappa[:, None])
+    e0 = n / np.maximum(n - (mult * L**2).sum(1), 1e-300)
+    return float(np.min(e0 * ((1 - L) ** 2 * tv).sum(1)) / np.sum(tv))
+
+
+def eigenlearning_samples_to_risk(eig, mult, target_var, level, lambdas, trace=None,
+                                  n_lo=1.0, n_hi=1e7):
+    r"""Sample size at which the eigenlearning risk (best ridge of ``lambdas``) reaches ``level``.
+
+    Bisection in :math:`\log n` on :func:`eigenlearning_risk_min` (the risk at the best ridge
+    is non-increasing in :math:`n`).  Returns ``nan`` when the level is not reached below
+    ``n_hi``.
+    """
+    def risk(n):
+        return eigenlearning_risk_min(eig, mult, target_var, n, lambdas, trace)
+
+    if risk(n_hi) > level:
+        return float("nan")
+    lo, hi = n_lo, n_hi
+    while hi / lo > 1 + 1e-4:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if risk(mid) > level else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def level_crossing_n(ns, risks, level):
+    r"""Sample size where a measured learning curve first drops below ``level``, by log-log
+    interpolation between the two grid points around it; ``nan`` if it never does, or
+    already does at the first point."""
+    ns, risks = np.asarray(ns, float), np.asarray(risks, float)
+    below = np.nonzero(risks < level)[0]
+    if len(below) == 0 or below[0] == 0:
+        return float("nan")
+    j = below[0]
+    a = (np.log(level) - np.log(risks[j - 1])) / (np.log(risks[j]) - np.log(risks[j - 1]))
+    return float(np.exp(np.log(ns[j - 1]) + a * (np.log(ns[j]) - np.log(ns[j - 1]))))
+
+
+def finite_head_spectrum(W, d, N, targets, *, n_cov, n_proj, generator, device="cpu",
+                         chunk=2000):
+    r"""Spectrum of the :math:`M`-head kernel operator and the targets' variance along it.
+
+    The finite-head kernel :math:`K_M(x, x') = \langle\psi(x), \psi(x')\rangle`,
+    :math:`\psi = \Phi/\sqrt M` (heads ``W``, shape ``(M, D, D)``, RFA or BRFA), has the same
+    non-zero eigenvalues as the feature covariance :math:`\Sigma = \mathrm{Cov}\,\psi` (centred:
+    the fits have an unpenalised intercept), and eigenfunctions
+    :math:`q_i^\top(\psi - \E\psi)/\sqrt{\lambda_i}`.  Three independent samples are used, so
+    that no estimate is fitted to its own noise:
+
+    * the eigenvectors :math:`q_i` of the sample covariance of ``n_cov`` sequences;
+    * the variance along each of them, :math:`\lambda_i = q_i^\top\Sigma q_i`, re-measured on
+      ``n_cov`` fresh sequences (an unbiased value for a fixed direction, which removes the
+      spreading of sample eigenvalues that would otherwise inflate :math:`1/\lambda_i`);
+    * :math:`b = \mathrm{Cov}(\psi, f)` from two independent halves of ``n_proj`` sequences,
+      giving the unbiased :math:`(q_i^\top b)^2 \approx (q_i^\top b_A)(q_i^\top b_B)` and the
+      target's variance :math:`v_i = (q_i^\top b)^2/\lambda_i` along eigenfunction :math:`i`.
+
+    The variance no eigenfunction reaches is :math:`\mathrm{Var} f - \sum_i v_i` (exact
+    :math:`\mathrm{Var} f`).  Returns ``(eig (P,), v (T, P), outside (T,), var (T,))``, ``eig``
+    in decreasing order, for the ``T`` named targets (:func:`target_variances` names); feed them
+    to :func:`eigenlearning_risk` with the outside part as an eigenvalue-0 component.  Used for
+    the theory of the BRFA learning curves (Chapter 1).
+    """
+    M = W.shape[0]
+    P = M * W.shape[1]
+    var = target_variances(targets, d, N, device=device)
+
+    def batches(total):
+        done = 0
+        while done < total:
+            m = min(chunk, total - done)
+            x = sample_tokens(m, N, d, generator=generator, device=device)
+            yield design_matrix(rfa_features(x, W)), _targets(x, targets, None)
+            done += m
+
+    s1 = torch.zeros(P, dtype=torch.float64, device=device)
+    s2 = torch.zeros(P, P, dtype=torch.float64, device=device)
+    for Psi, _ in batches(n_cov):
+        s1 += Psi.sum(0)
+        s2 += Psi.T @ Psi
+    mean = s1 / n_cov
+    Q = torch.linalg.eigh(s2 / n_cov - torch.outer(mean, mean))[1]
+    z1 = torch.zeros(P, dtype=torch.float64, device=device)
+    z2 = torch.zeros(P, dtype=torch.float64, device=device)
+    for Psi, _ in batches(n_cov):
+        z = Psi @ Q
+        z1 += z.sum(0)
+        z2 += (z * z).sum(0)
+    eig = (z2 / n_cov - (z1 / n_cov) ** 2).clamp_min(0.0)
+    proj = []
+    n_half = n_proj // 2
+    for _half in range(2):
+        b = torch.zeros(P, len(targets), dtype=torch.float64, device=device)
+        ysum = torch.zeros(len(targets), dtype=torch.float64, device=device)
+        psum = torch.zeros(P, dtype=torch.float64, device=device)
+        for Psi, y in batches(n_half):
+            b += Psi.T @ y
+            ysum += y.sum(0)
+            psum += Psi.sum(0)
+        proj.append(Q.T @ (b / n_half - torch.outer(psum / n_half, ysum / n_half)))  # (P, T)
+    order = torch.argsort(eig, descending=True)
+    eig = eig[order]
+    keep = eig > 1e-12 * eig[0]
+    v = (proj[0] * proj[1])[order] / torch.where(keep, eig, 1.0)[:, None]
+    v = torch.where(keep[:, None], v, 0.0)
+    outside = (var - v.sum(0)).clamp_min(0.0)
+    return eig.cpu().numpy(), v.T.cpu().numpy(), outside.cpu().numpy(), var.cpu().numpy()

@@ -337,3 +337,116 @@ def test_point_functions_run_at_tiny_size_and_match_eigenlearning():
     assert mc[0]["rms_rel_err"] > mc[1]["rms_rel_err"]
     full = rq.PROFILES["full"]
     assert full.N in full.N_list and full.bias in full.bias_list and full.d > rq.PROFILES["quick"].d
+
+
+# ---------------------------------------------------------------- thresholds, floor, heads, theory
+
+
+def test_cumulative_rank_counts_eigenvalues_above_and_own_block():
+    eig = np.array([[0.5, 0.02], [0.03, 0.001]])
+    mult = np.array([[1, 4], [4, 16]])
+    cr = rq.cumulative_rank(eig, mult)
+    assert cr.tolist() == [[1, 9], [5, 25]]
+    # the degree-(2,2) block at d = 4, N = 4: 81 copies, 131 eigenvalues above it
+    eig, mult, _ = rq.set_kernel_spectrum(4, 4, 8)
+    assert rq.cumulative_rank(eig, mult)[2, 2] == 212
+
+
+def test_max_over_keys_block_variances_sum_to_learnable_part_and_match_monte_carlo():
+    d, N = 3, 2
+    v, floor, var_max = rq.max_over_keys_block_variances(d, N, 14)
+    assert floor == pytest.approx(rq.max_over_keys_floor(d, N), abs=1e-9)
+    assert v[0] == 0 and v.sum() == pytest.approx(1 - floor, abs=2e-4)
+    # Monte Carlo: covariance of f_max with the degree-1 pair-term sum sqrt(dim) Q_1(t_i)
+    x = rq.sample_tokens(400_000, N, d, generator=gen(40))
+    f = rq.max_over_keys_target(x)
+    g1 = rq.gegenbauer_target(x, 1) * N  # sum_i sqrt(d) t_i, variance N
+    corr2 = (torch.cov(torch.stack([f, g1]))[0, 1] ** 2 / (f.var() * g1.var())).item()
+    assert corr2 == pytest.approx(v[1], abs=0.01)
+    assert f.var().item() == pytest.approx(d * var_max, rel=0.01)
+
+
+def test_key_key_target_variance_and_centering():
+    x = rq.sample_tokens(200_000, 4, 6, generator=gen(41))
+    y = rq.key_key_target(x)
+    assert abs(y.mean().item()) < 0.01
+    assert y.var().item() == pytest.approx(2 * 3 / 4, rel=0.02)
+    brute = math.sqrt(6) * sum((x[:, a] * x[:, b]).sum(-1) for a in range(1, 5)
+                               for b in range(1, 5) if a != b) / 4
+    torch.testing.assert_close(y, brute)
+
+
+def test_center_kernel_is_ridge_with_free_intercept():
+    g = gen(42)
+    n, m, P = 30, 12, 8
+    F = torch.randn(n + m, P, generator=g, dtype=torch.float64) + 3.0  # features with a mean
+    y = torch.randn(n, generator=g, dtype=torch.float64) + 5.0
+    lam = 1e-2
+    K = F @ F[:n].T
+    Kc, Kec = rq.center_kernel(K[:n], K[n:])
+    pred = rq.kernel_ridge_path(Kc, y - y.mean(), Kec, [lam])[0, :, 0] + y.mean()
+    # explicit: min_{u,b} 1/n ||F u + b - y||^2 + lam ||u||^2, with b free
+    mu = F[:n].mean(0)
+    Fc = F[:n] - mu
+    u = torch.linalg.solve(Fc.T @ Fc + lam * n * torch.eye(P, dtype=torch.float64),
+                           Fc.T @ (y - y.mean()))
+    ref = (F[n:] - mu) @ u + y.mean()
+    torch.testing.assert_close(pred, ref, rtol=1e-8, atol=1e-10)
+
+
+def test_ridgeless_path_is_minimum_norm_interpolant():
+    g = gen(43)
+    n, m, P = 20, 7, 50  # more features than samples: interpolation
+    F = torch.randn(n + m, P, generator=g, dtype=torch.float64)
+    y = torch.randn(n, generator=g, dtype=torch.float64)
+    K = F @ F[:n].T
+    pred = rq.kernel_ridge_path(K[:n], y, K[n:], [0.0])[0, :, 0]
+    ref = F[n:] @ (torch.linalg.pinv(F[:n]) @ y)
+    torch.testing.assert_close(pred, ref, rtol=1e-7, atol=1e-9)
+    # and it is the limit of small ridges
+    small = rq.kernel_ridge_path(K[:n], y, K[n:], [1e-10])[0, :, 0]
+    torch.testing.assert_close(small, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_eigenlearning_min_and_samples_to_risk_agree_with_scalar_versions():
+    eig, mult, tr = rq.set_kernel_spectrum(5, 4, 6)
+    tv = np.zeros_like(eig)
+    tv[1, 1] = 1.0
+    lam = list(rq.PROFILES["quick"].lambdas)
+    for n in (20, 60, 200):
+        ref = min(rq.eigenlearning_risk(eig, mult, tv, n, lm, tr) for lm in lam)
+        assert rq.eigenlearning_risk_min(eig, mult, tv, n, lam, tr) == pytest.approx(ref, rel=1e-6)
+    n_half = rq.eigenlearning_samples_to_risk(eig, mult, tv, 0.5, lam, tr)
+    assert rq.eigenlearning_risk_min(eig, mult, tv, n_half, lam, tr) == pytest.approx(0.5, rel=1e-3)
+    assert rq.level_crossing_n([10, 20, 40], [0.9, 0.6, 0.3], 0.5) == pytest.approx(
+        20 * 2 ** (math.log(0.6 / 0.5) / math.log(2.0)), rel=1e-9)
+    assert math.isnan(rq.level_crossing_n([10, 20], [0.9, 0.8], 0.5))
+
+
+def test_nested_heads_sweep_equals_independent_accumulation():
+    """The nested head sets give the same kernel as one draw of the largest M, truncated."""
+    lam = [0.0, 1e-6, 1e-3]
+    kw = dict(d=4, N=3, n_list=[40], n_val=20, n_test=20, seed=5, lambdas=lam)
+    rows_a = rq.heads_sweep_point(heads_list=[3, 7, 12], chunk=5, **kw)
+    rows_b = rq.heads_sweep_point(heads_list=[3, 7, 12], chunk=2, **kw)
+    assert [r["heads"] for r in rows_a] == [3, 7, 12]
+    for a, b in zip(rows_a, rows_b, strict=True):
+        assert a["risk"] == pytest.approx(b["risk"], rel=1e-9)
+
+
+def test_finite_head_spectrum_on_a_target_in_the_feature_span():
+    """A target that is a linear function of the features is fully inside the spectrum, and the
+    eigenvalues carry the trace of the feature covariance."""
+    d, N, M = 4, 3, 3
+    W = rq.sample_qk(M, d, generator=gen(44))
+    eig, v, outside, var = rq.finite_head_spectrum(W, d, N, ["geg1", "geg3"], n_cov=20_000,
+                                                   n_proj=40_000, generator=gen(45))
+    assert eig.shape == (M * (d + 1),) and np.all(np.diff(eig) <= 1e-15)
+    assert var.tolist() == pytest.approx([1 / N, 1 / N])
+    # the explained fractions lie in [0, 1] up to sampling error, and the outside part
+    # completes them to the variance
+    frac = v.sum(1) / var
+    assert np.all(frac > -0.02) and np.all(frac < 1.05)
+    np.testing.assert_allclose(v.sum(1) + outside, np.maximum(var, v.sum(1)), rtol=1e-12)
+    # with 3 heads (15 features) a degree-1 target is partly, a degree-3 target hardly, reached
+    assert frac[0] > frac[1]
