@@ -17,9 +17,29 @@ def s() -> dict:
 
 
 def test_kernel_monte_carlo_rate(s):
-    # finite-head kernel -> closed form at the central-limit rate M^{-1/2}
-    assert -0.6 < s["kernel_mc_loglog_slope"] < -0.4
-    assert s["kernel_mc_max_rel_dev_from_clt"] < 0.25
+    """Finite-head kernel -> closed form at the central-limit rate M^{-1/2}.
+
+    Tolerances from the estimator's variance. At each M the chapter averages R squared relative
+    errors e_r, each a weighted sum of squared near-Gaussian entries with mean v1/M; the spread of
+    such a sum is largest when one direction dominates, then mean(e)/E[e] ~ chi2_R / R. So the
+    ratio rms/theory lies in [sqrt(q_lo/R), sqrt(q_hi/R)] with q the chi2_R quantiles at a
+    family-wise level 1e-3 over the len(mc_heads) points. The log of each rms has standard
+    deviation at most 1/sqrt(2R), which gives the least-squares slope's spread (4 sigma allowed).
+    """
+    import math
+
+    import numpy as np
+    from scipy.stats import chi2
+
+    from attnlib import random_qk as rq
+
+    cfg = rq.PROFILES[s["profile"]]
+    R, heads = cfg.mc_repeats, np.log(np.asarray(cfg.mc_heads, dtype=float))
+    alpha = 1e-3 / len(heads)
+    tol = max(math.sqrt(chi2.ppf(1 - alpha / 2, R) / R) - 1, 1 - math.sqrt(chi2.ppf(alpha / 2, R) / R))
+    slope_sd = math.sqrt(1 / (2 * R)) / math.sqrt(((heads - heads.mean()) ** 2).sum())
+    assert abs(s["kernel_mc_loglog_slope"] + 0.5) < 4 * slope_sd  # quick: +-0.10
+    assert s["kernel_mc_max_rel_dev_from_clt"] < tol  # quick (R = 20, 7 points): 0.63
 
 
 def test_permutation_invariance_and_out_of_class_target(s):
