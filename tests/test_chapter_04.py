@@ -34,7 +34,8 @@ def test_finite_width_beats_gp_and_returns_to_it(s):
 def test_order_parameter_and_solver(s):
     assert s["hmc_U_gd_smallest_N"] < 0  # signed combination of good and denoising paths
     assert s["saddle_residual_max"] < 1e-5
-    assert s["solver_speedup_vs_adam"] > 1
+    # speed is measured in benchmarks/, not asserted; both solvers must find the same minimum
+    assert s["solver_sweep_max_dU"] < 1e-3
 
 
 def test_theory_matches_sampling(s):
@@ -50,3 +51,21 @@ def test_sampling_variance_and_diagnostics(s):
     assert s["sampling_vs_theory_var_corr"] > 0.9
     assert s["sampling_vs_theory_var_rel_diff"] < 0.2
     assert s["sampling_rhat_max"] < 1.1
+
+
+def test_two_path_ablations(s):
+    # the text: the diagonal alone recovers a small part of the gain, the off-diagonal alone most
+    gp, full = s["two_path_gp_acc"], s["two_path_acc_small_N"]
+    diag, even = s["two_path_acc_diag_small_N"], s["two_path_acc_even_small_N"]
+    assert full > gp + 5 and s["two_path_U_gd_small_N"] < 0
+    assert diag - gp < 0.5 * (full - gp) < even - gp
+
+
+def test_kernels_and_alignment(s):
+    c = s["kernel_class_contrast"]
+    # the good path's kernel carries the class blocks; equal weights dilute them; U restores some
+    assert c["g"] > c["a1"] > c["gp"] and c["g"] > c["d"]
+    assert c["fw"] > 2 * c["gp"]
+    assert s["kernel_label_fraction_top5"]["finite_N"] > s["kernel_label_fraction_top5"]["gp"] + 0.2
+    assert s["kernel_target_alignment"]["finite_N"] > s["kernel_target_alignment"]["gp"]
+    assert 0 < s["kernel_label_fraction_top5"]["gp"] <= 1 and s["hmc_ess_per_s"] > 0
