@@ -177,8 +177,14 @@ def _solve_branch(alpha, omega, branch, init, cfg, dev, nodes, weights) -> dict:
             dS = hs[:, 1:] - hs[:, :-1]
             valid = (torch.arange(k, device=dev)[None, :] >= (k + 1 - nh)[:, None]).to(_DT)
             dR = dR * valid[:, :, None]
-            G = dR @ dR.transpose(1, 2) + 1e-12 * torch.eye(k, dtype=_DT, device=dev)
-            gam = torch.linalg.solve(G, (dR @ res[:, :, None]))[:, :, 0]
+            G = dR @ dR.transpose(1, 2)
+            tr = G.diagonal(dim1=1, dim2=2).sum(1)
+            G = G + (1e-12 * tr + 1e-300)[:, None, None] * torch.eye(k, dtype=_DT, device=dev)
+            # a singular or non-finite system (a stalled history) falls back to the damped step
+            gam, info = torch.linalg.solve_ex(G, dR @ res[:, :, None])
+            gam = gam[:, :, 0]
+            gam = torch.where(((info == 0) & torch.isfinite(gam).all(1))[:, None], gam,
+                              torch.zeros_like(gam))
             acc = img - (gam[:, :, None] * dS).sum(1)
             qa, Va, ta = acc[:, 0], acc[:, 2], acc[:, 3]
             ok = (qa > 0) & (Va > 0) & (ta * ta < 0.999 * qa * cfg.sigma**2) & (nh > 1)

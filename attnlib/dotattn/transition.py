@@ -121,7 +121,8 @@ def _state(row) -> tuple:
 
 def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05,
                    bracket_tol: float = 0.01, refine_nodes=(10, 12), max_steps: int = 8,
-                   kind: str = "c", device="cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
+                   kind: str = "c", multistart: bool = True,
+                   device="cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """alpha_c(omega), the zero of eps_t^sem - eps_t^pos, by a bracketing search at every omega.
 
     With ``kind="l"`` the same search locates alpha_l(omega) instead, the zero of
@@ -134,7 +135,8 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
        (continuation from both sides).
     3. Multi-start at the final bracket ends (:func:`lowest_fixed_points`: the published starts,
        their perturbations, the current solution and the neighbours' solutions): the lowest
-       training loss is kept, and if that changes the sign pattern the search resumes.
+       training loss is kept, and if that changes the sign pattern the search resumes
+       (``multistart=False`` skips this step).
     4. Quadrature check: both bracket ends solved again with the next rule of ``refine_nodes``,
        started from the current solutions; the change of the gap divided by its slope across the
        bracket is the quadrature error of the root. If it exceeds the bracket width, the larger
@@ -242,7 +244,7 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
                 last[w] = end
             continue
         # 3. multi-start at the bracket ends; resume the search if the sign pattern changes
-        solve([(w, a, rule[w]) for w in active for a in bracket[w]], perturb=True)
+        solve([(w, a, rule[w]) for w in active for a in bracket[w]], perturb=multistart)
         moved = []
         for w in active:
             a0, a1 = bracket[w]
