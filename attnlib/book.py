@@ -947,39 +947,47 @@ def _fail(failure, slot, work, partial, log_file, notebook, sweep_dir, progress)
 # --------------------------------------------------------------------------------------------
 # site
 # --------------------------------------------------------------------------------------------
-def _stored_notes(chapters: list[str]) -> list[str]:
+def _stored_notes(chapters: list[str], slots: dict[str, str]) -> list[str]:
     """Notes about stored results (``stored_results`` in the summaries) for the reproducibility page."""
     notes = []
     for chapter in chapters:
-        with contextlib.suppress(OSError, ValueError):
-            summary = json.loads(slot_paths(chapter, chapter)[1].read_text())
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            summary = json.loads(slot_paths(chapter, slots.get(chapter, chapter))[1].read_text())
             for name, entry in sorted((summary.get("stored_results") or {}).items()):
                 if isinstance(entry, dict) and entry.get("note"):
                     notes.append(f"- `{chapter}` / `{name}`: {entry['note']}")
     return notes
 
 
-def execution_table(chapters: list[str], records: dict) -> str:
-    """Markdown table: chapter, profile, device, wall time, versions, date (+ stored-result notes)."""
+def execution_table(chapters: list[str], records: dict, slots: dict[str, str] | None = None) -> str:
+    """Markdown table: chapter, profile, device, wall time, versions, date (+ stored-result notes).
+
+    ``slots`` maps a chapter to the output slot shown (default: the book's own slot).
+    """
+    slots = slots or {}
     rows = [
         "| chapter | profile | device | wall time (s) | attnlib | torch | executed (UTC) |",
         "| --- | --- | --- | ---: | --- | --- | --- |",
     ]
     for chapter in chapters:
-        r = records.get(chapter, {})
+        r = records.get(slots.get(chapter, chapter), {})
         rows.append(
             f"| `{chapter}` | {r.get('profile', '?')} | {r.get('device', '?')} | "
             f"{r.get('wall_s', float('nan')):.1f} | {r.get('attnlib', '?')} | "
             f"{r.get('torch', '?')} | {r.get('date', '?')} |"
         )
-    notes = _stored_notes(chapters)
+    notes = _stored_notes(chapters, slots)
     if notes:
         rows += ["", "Results loaded from the store (`results/`):", "", *notes]
     return "\n".join(rows) + "\n"
 
 
-def stage_site(chapters: list[str]) -> Path:
-    """Assemble ``_build/src``: config, prose pages and the executed chapters as pages."""
+def stage_site(chapters: list[str], slots: dict[str, str] | None = None) -> Path:
+    """Assemble ``_build/src``: config, prose pages and the executed chapters as pages.
+
+    Each chapter's page is the notebook of its slot in ``slots`` (default: the book's own slot).
+    """
+    slots = slots or {}
     src = BUILD / "src"
     if src.exists():
         shutil.rmtree(src)
@@ -991,13 +999,16 @@ def stage_site(chapters: list[str]) -> Path:
         ignore=shutil.ignore_patterns("_build", "_cache", "runs", "*.ipynb", "*.summary.json"),
     )
     for chapter in chapters:
-        shutil.copy2(EXECUTED / f"{chapter}.ipynb", src / "chapters" / f"{chapter}.ipynb")
+        notebook = slot_paths(chapter, slots.get(chapter, chapter))[0]
+        if not notebook.exists():
+            raise BuildError(f"{_rel(notebook)} is missing: execute it first (`attnbook run {chapter}`)")
+        shutil.copy2(notebook, src / "chapters" / f"{chapter}.ipynb")
     return src
 
 
-def build_site(chapters: list[str], log=print) -> Path:
+def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = None) -> Path:
     """Render the executed chapters strictly (``--all -W -n --keep-going``); return the HTML dir."""
-    src = stage_site(chapters)
+    src = stage_site(chapters, slots)
     html = BUILD / "html"
     out_root = BUILD / "jb"
     cmd = [
@@ -1040,14 +1051,15 @@ def build(params: dict | None = None, force: bool = False, site: bool = True, lo
             records[chapter] = execute_chapter(chapter, params, force=force, log=log)
         n_run = sum(r["executed"] for r in records.values())
         log(f"{n_run} of {len(chapters)} chapters executed, {len(chapters) - n_run} unchanged")
-        if any(r.get("slot", chapter) != chapter for chapter, r in records.items()):
-            log("non-default parameters: outputs went to their own slots (book/chapters/runs/); "
-                "the site is built from the default slots")
-        table = execution_table(chapters, _load_records())
+        slots = {chapter: r.get("slot", chapter) for chapter, r in records.items()}
+        if any(slot != chapter for chapter, slot in slots.items()):
+            log("non-default parameters: the outputs are in their own slots (book/chapters/runs/), "
+                "and the site is built from them; the book's default slots are untouched")
+        table = execution_table(chapters, _load_records(), slots)
         _atomic_write(TABLE, table)
         log("\n" + table)
         if site:
-            html = build_site(chapters, log=log)
+            html = build_site(chapters, log=log, slots=slots)
             log(f"open {html / 'index.html'}")
     return records
 
@@ -1062,13 +1074,24 @@ def list_slots(log=print) -> list[dict]:
         chapter = record.get("chapter") or slot.split("@", 1)[0]
         if slot != chapter:
             slots.append((chapter, slot, record.get("params")))
+    sweeps = CACHE / "sweeps"
+    for folder in sorted(sweeps.iterdir()) if sweeps.exists() else []:
+        chapter = folder.name.split("@", 1)[0]
+        if folder.name in records or folder.name == chapter:
+            continue
+        with contextlib.suppress(OSError, ValueError):  # a run that failed or was interrupted
+            slots.append((chapter, folder.name, json.loads((folder / "params.json").read_text())))
     for chapter, slot, params in slots:
+        key = None
         try:
             _nb, _merged, _slot, inputs, key = _prepare(chapter, params)
             reasons = stale_reasons(chapter, slot, key, inputs, records)
         except (ParameterError, BuildError, OSError, SyntaxError) as err:
             reasons = [f"cannot check: {str(err).splitlines()[0]}"]
         state = "current" if not reasons else "needs execution: " + "; ".join(reasons)
+        points = _saved_points(CACHE / "sweeps" / slot / key) if reasons and key else 0
+        if points:
+            state += f" ({points} finished sweep points saved)"
         where = _rel(slot_paths(chapter, slot)[0])
         rows.append({"slot": slot, "state": state, "notebook": where})
         log(f"{slot:34s} {state}" + ("" if slot == chapter else f"  [{where}]"))
