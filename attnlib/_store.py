@@ -156,7 +156,8 @@ def stored_or_compute(
     root = Path(results_dir)
     path = root / run.chapter / f"{name}.csv"
     wanted = _jsonable(dict(params))
-    stored_entries = run.records.setdefault("stored_results", {})
+    # the summary's "stored_results" (full profile only): each table loaded or stored, its note
+    stored_entries = run.records.setdefault("stored_results", {}) if run.profile == "full" else {}
     if run.profile == "full" and not recompute and path.exists():
         df, record = load_result(path)
         if record.get("params") == wanted:
