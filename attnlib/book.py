@@ -871,10 +871,13 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
             kernel_manager_class=manager_class,
         )
     except pm.PapermillExecutionError as err:
+        if err.ename == "KeyboardInterrupt":  # Ctrl-C reaches the kernel too (same process group)
+            failure = Interrupted(f"chapter {slot} was interrupted after {time.perf_counter() - t0:.0f} s",
+                                  _report_failure(slot, err))
         where = f"in cell {err.exec_count}" if getattr(err, "exec_count", None) else ""
         what = f"{err.ename}: {err.evalue}".strip().splitlines()[0][:300] if err.ename else "error"
-        failure = BuildError(f"chapter {slot} failed {where}: {what}".replace("  ", " "),
-                             _report_failure(slot, err))
+        failure = failure or BuildError(f"chapter {slot} failed {where}: {what}".replace("  ", " "),
+                                        _report_failure(slot, err))
     except KeyboardInterrupt:
         failure = Interrupted(f"chapter {slot} was interrupted after {time.perf_counter() - t0:.0f} s",
                               f"chapter {slot} interrupted (KeyboardInterrupt or SIGTERM)")
