@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: book test lint clean
+.PHONY: book test lint clean clean-stale
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,3 +26,7 @@ lint: $(STAMP)
 
 clean:
 	$(BIN)/attnbook clean
+
+## remove only sweep checkpoints no run needs and leftovers of ended runs (outputs are kept)
+clean-stale:
+	$(BIN)/attnbook clean --stale
