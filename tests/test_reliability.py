@@ -198,6 +198,30 @@ def test_clean_stale_prunes_old_checkpoints_only(tiny):
     assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
 
 
+# ---- what the cache key covers ------------------------------------------------------------------
+def test_module_hash_ignores_comments_docstrings_and_formatting(tmp_path):
+    from attnlib._runtime import module_hash
+
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text('"""Doc."""\n\ndef f(x):\n    """Square."""\n    return x * x  # note\n')
+    b.write_text("def f( x ):\n\n    return x*x\n")
+    c.write_text("def f(x):\n    return x * x + 1\n")
+    assert module_hash(a) == module_hash(b) != module_hash(c)
+
+
+def test_cache_key_follows_the_modules_a_chapter_imports(tiny):
+    source = tiny / "chapters" / "99-tiny.md"
+    modules = book.chapter_modules("99-tiny")
+    # al.start_chapter and al.sweep: attnlib/__init__, _runtime, _sweep and what they import
+    assert {"attnlib", "attnlib._runtime", "attnlib._sweep", "attnlib._validation"} <= modules
+    assert "attnlib.mha" not in modules and "attnlib.book" not in modules
+    source.write_text(source.read_text().replace("import attnlib as al", "import attnlib as al\n"
+                                                 "from attnlib import attention as at"))
+    assert "attnlib.attention" in book.chapter_modules("99-tiny")
+    inputs = book.key_inputs("99-tiny", {"profile": "quick", "device": "cpu", "seed": 0})
+    assert inputs["device"] == "cpu" and "attnlib/attention.py" in inputs["code"]
+
+
 # ---- locks -------------------------------------------------------------------------------------
 def test_two_concurrent_builds_do_not_interleave(tiny):
     env = {"TINY_DELAY": "0.3"}
