@@ -36,7 +36,7 @@ REQUIRED_KEYS = {
     "04-attention-paths": [
         "hmc_gp_all_paths_acc", "hmc_gp_good_path_acc", "hmc_theory_acc_by_N", "hmc_U_gd_smallest_N",
         "sampling_vs_theory_acc_diff", "sampling_vs_theory_mean_corr", "saddle_residual_max",
-        "pruning_rank_corr", "solver_speedup_vs_adam",
+        "images_pruning_rank_corr_mean", "solver_speedup_vs_adam",
     ],
 }
 COMMON_KEYS = ["profile", "device", "seed", "wall_s"]

@@ -1,8 +1,6 @@
 """Unit tests for attnlib.paths (Chapter 4): path expansion, kernels, the action and its solver,
 the GP limit, and the theory against posterior sampling."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -314,31 +312,6 @@ def test_bad_configs_raise():
         ap.MarkovTaskConfig(p_stay=1.5)
     with pytest.raises(ValueError):
         ap.readout_vector(torch.zeros(1, 1, 2, 2), "middle")
-
-
-def test_digit_episodes_and_icl_net():
-    cfg = ap.DigitsConfig(gd_steps=3)
-    x, y = ap.make_digit_episodes(cfg, 50, "test", gen(13))
-    assert x.shape == (50, 12, 16) and set(y.tolist()) <= {1.0, -1.0}
-    net = ap.ICLAttentionNet(16, 8, 4, 2, 4).double()
-    f = net(x)
-    # the GD network is the theory's model with learned attention: its path expansion agrees
-    attns = net.attention(x)
-    w = {
-        "V0": net.V0.detach().double(),
-        "V": [V.detach().double() for V in net.V],
-        "a": net.a.detach().double(),
-    }
-    torch.testing.assert_close(f.detach(), ap.path_forward(ap.path_features(x, attns, "mean"), w))
-    # removing a head: renormalised sum over the remaining heads
-    net.head_mask[0, 1] = 0
-    f2 = net(x)
-    attns2 = [attns[0][:, [0, 2, 3]], attns[1]]
-    w2 = {"V0": w["V0"], "V": [w["V"][0][[0, 2, 3]], w["V"][1]], "a": w["a"]}
-    torch.testing.assert_close(
-        f2.detach(),
-        ap.path_forward(ap.path_features(x, attns2, "mean"), w2) * math.sqrt(12 / 16) * math.sqrt(16 / 12),
-    )
 
 
 # ---------------------------------------------------------------- theory vs posterior sampling

@@ -27,7 +27,7 @@ Modules (every public name is re-exported here: ``from attnlib import paths``):
 * :mod:`.action` -- the action over the order parameters and its solvers;
 * :mod:`.sampling` -- the Gibbs posterior of the weights and a Hamiltonian Monte Carlo sampler;
 * :mod:`.markov` -- the hidden-Markov-chain task with hand-designed heads;
-* :mod:`.images` -- one-shot in-context image episodes and the gradient-descent network.
+* :mod:`.images` -- one-shot in-context glyph episodes and the gradient-descent network.
 """
 
 from .action import (
@@ -39,7 +39,15 @@ from .action import (
     solve_to_tolerance,
     ua_closed_form,
 )
-from .images import DIGITS_PROFILES, DigitsConfig, ICLAttentionNet, make_digit_episodes, train_icl_net
+from .images import (
+    IMAGE_PROFILES,
+    Episodes,
+    ICLAttentionNet,
+    ImageTaskConfig,
+    make_episodes,
+    patch_tokens,
+    train_icl_net,
+)
 from .kernels import (
     accuracy,
     head_scores,
@@ -114,10 +122,12 @@ __all__ = [
     "hmc",
     "HMCResult",
     "PathPosterior",
-    # digits one-shot task
-    "DigitsConfig",
-    "DIGITS_PROFILES",
-    "make_digit_episodes",
+    # one-shot image task (glyphs)
+    "ImageTaskConfig",
+    "IMAGE_PROFILES",
+    "Episodes",
+    "patch_tokens",
+    "make_episodes",
     "ICLAttentionNet",
     "train_icl_net",
 ]

@@ -1,97 +1,182 @@
-"""One-shot in-context image classification: episodes and the gradient-descent network (Chapter 4)."""
+"""One-shot in-context image classification: episodes and the gradient-descent network (Chapter 4).
+
+The paper's second experiment (Tiberi et al. 2024) trains a network of the theory's shape by
+gradient descent on 2-way 1-shot episodes of Omniglot characters, freezes its learned attention and
+applies the theory to it. Here the characters come from :mod:`attnlib.glyphs`, a generated
+Omniglot-like set (classes split by script into meta-train and meta-test).
+
+An episode is the sequence [support A, support B, query] of three images, each cut into
+``(size / patch)^2`` patches; a token is
+
+.. math:: x_t = \\mathrm{norm}(\\text{patch}_t) + e_{\\text{label}(t)} + p_t ,
+
+the patch normalised to zero mean and unit variance, plus a frozen random embedding of the image's
+label (A, B, or unknown for the query) and a sinusoidal position code. The target is ``y = +1``
+when the query shows support A's class and ``-1`` when it shows B's.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .model import DTYPE, attention_from_bilinear
+from .._validation import ParameterError, check_float, check_int
+from ..glyphs import GlyphConfig, GlyphSet
+from .model import DTYPE, path_features
+
+__all__ = [
+    "ImageTaskConfig",
+    "IMAGE_PROFILES",
+    "Episodes",
+    "patch_tokens",
+    "make_episodes",
+    "ICLAttentionNet",
+    "train_icl_net",
+]
 
 
 @dataclass(frozen=True)
-class DigitsConfig:
-    """2-way 1-shot in-context episodes from ``sklearn.datasets.load_digits`` (Chapter 4)."""
+class ImageTaskConfig:
+    """Sizes of the one-shot glyph experiment (Chapter 4).
 
-    patch: int = 4  # 8x8 images cut into (8/patch)^2 patches of patch*patch pixels
-    train_classes: tuple = (0, 1, 2, 3, 4, 5)  # meta-train digits
-    test_classes: tuple = (6, 7, 8, 9)  # meta-test digits (never seen in training)
-    width: int = 64  # value width N of the gradient-descent network
-    heads: int = 4  # heads per layer (L = 2 layers: 16 paths)
-    qk_dim: int = 16  # inner dimension G of the learned query-key forms
-    gd_steps: int = 1500  # Adam steps of the gradient-descent network
-    gd_batch: int = 64
-    gd_lr: float = 1e-3
-    P: int = 200  # training sequences for the theory
-    n_val: int = 300  # validation sequences (temperature selection)
-    n_test: int = 1000  # test sequences
+    ``patch``: side of a square patch (it must divide the image side); ``width``: value width
+    ``N`` of the gradient-descent network; ``heads``: heads per layer (``L = 2`` layers, so
+    ``heads^2`` paths); ``qk_dim``: inner dimension ``G`` of the learned query-key forms;
+    ``gd_*``: Adam steps, batch, learning rate and weight decay; ``n_pool``: training episodes
+    drawn for gradient descent; ``P``, ``n_val``, ``n_test``: training, validation and test
+    sequences of the theory (validation and test episodes use meta-test classes).
+    """
+
+    glyphs: GlyphConfig = field(default_factory=GlyphConfig)
+    patch: int = 7
+    width: int = 512
+    heads: int = 4
+    qk_dim: int = 16
+    gd_steps: int = 6000
+    gd_batch: int = 128
+    gd_lr: float = 3e-3
+    gd_weight_decay: float = 0.0
+    n_pool: int = 20000
+    P: int = 600
+    n_val: int = 1000
+    n_test: int = 1000
+
+    def __post_init__(self):
+        if not isinstance(self.glyphs, GlyphConfig):
+            raise ParameterError(f"glyphs={self.glyphs!r} must be a GlyphConfig")
+        check_int("patch", self.patch, minimum=1)
+        if self.glyphs.size % self.patch:
+            raise ParameterError(f"patch={self.patch} must divide the image size {self.glyphs.size}")
+        for name in ("width", "heads", "qk_dim", "gd_steps", "gd_batch", "n_pool", "P", "n_val", "n_test"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_float("gd_lr", self.gd_lr, minimum=0.0, strict=True)
+        check_float("gd_weight_decay", self.gd_weight_decay, minimum=0.0)
 
 
-DIGITS_PROFILES = {
-    "quick": DigitsConfig(width=32, gd_steps=800, gd_batch=32, P=120),
-    "full": DigitsConfig(width=256, gd_steps=6000, gd_batch=128, P=600, n_val=1000, n_test=2000),
+IMAGE_PROFILES = {
+    "quick": ImageTaskConfig(width=64, gd_steps=2000, gd_batch=32, n_pool=8000, P=200, n_val=500),
+    "full": ImageTaskConfig(),
 }
 
 
-def _digit_tokens(patch: int):
-    from sklearn.datasets import load_digits
+@dataclass(frozen=True)
+class Episodes:
+    """A batch of embedded episodes.
 
-    d = load_digits()
-    img = torch.tensor(d.images, dtype=torch.float32)  # (n, 8, 8), values 0..16
-    n, k = img.shape[0], 8 // patch
-    p = img.reshape(n, k, patch, k, patch).permute(0, 1, 3, 2, 4).reshape(n, k * k, patch * patch)
-    p = (p - p.mean(-1, keepdim=True)) / (p.std(-1, keepdim=True) + 1.0)  # per-patch normalisation
-    return p, torch.tensor(d.target)
-
-
-def make_digit_episodes(cfg: DigitsConfig, n_episodes: int, split: str, generator: torch.Generator):
-    """Embedded 2-way 1-shot sequences: [support A, support B, query], each image as patches.
-
-    token = normalised patch + sinusoidal position code + frozen random label embedding
-    (labels: support A = +, support B = -, query = unknown). Returns ``(x, y)`` with
-    x (n, 3 * patches, patch^2) and y = +1 if the query is of support A's class, else -1.
-    ``split`` = "train" (meta-train classes) or "test" (meta-test classes).
+    ``x``: (n, 3 * patches, patch^2) float64 tokens; ``y``: (n,) float64 in {+1, -1};
+    ``classes``, ``drawers``: (n, 3) int, class and drawer of [support A, support B, query].
     """
-    patches, target = _digit_tokens(cfg.patch)
-    classes = cfg.train_classes if split == "train" else cfg.test_classes
-    n_p, dim = patches.shape[1], patches.shape[2]
-    g_fixed = torch.Generator().manual_seed(1234)  # the embedding is part of the architecture
+
+    x: torch.Tensor
+    y: torch.Tensor
+    classes: torch.Tensor
+    drawers: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def __getitem__(self, idx) -> Episodes:
+        return Episodes(self.x[idx], self.y[idx], self.classes[idx], self.drawers[idx])
+
+
+def patch_tokens(images: torch.Tensor, patch: int, eps: float = 0.05) -> torch.Tensor:
+    """Normalised patches ``(..., (S/patch)^2, patch^2)`` of images ``(..., S, S)``.
+
+    Patches are read row by row; each is shifted to zero mean and divided by
+    ``sqrt(var + eps)`` (``eps`` keeps blank patches from amplifying the pixel noise).
+    """
+    S = images.shape[-1]
+    k = S // patch
+    lead = images.shape[:-2]
+    p = images.reshape(*lead, k, patch, k, patch).transpose(-3, -2).reshape(*lead, k * k, patch * patch)
+    return (p - p.mean(-1, keepdim=True)) / torch.sqrt(p.var(-1, keepdim=True) + eps)
+
+
+def _embeddings(n_tok: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frozen label embeddings (3, dim) (A, B, unknown) and sinusoidal position codes (n_tok, dim)."""
+    g_fixed = torch.Generator().manual_seed(1234)  # part of the architecture, not of the seed
     label_emb = torch.randn(3, dim, generator=g_fixed)
-    pos = torch.arange(3 * n_p, dtype=torch.float32)[:, None]
-    freq = torch.exp(-math.log(100.0) * torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-    pe = torch.zeros(3 * n_p, dim)
+    pos = torch.arange(n_tok, dtype=torch.float32)[:, None]
+    freq = torch.exp(-math.log(100.0) * torch.arange(0, dim + 1, 2, dtype=torch.float32) / dim)
+    pe = torch.zeros(n_tok, 2 * freq.shape[0])
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)
-    pe = pe / pe.norm(dim=-1, keepdim=True)
-    by_class = {c: torch.nonzero(target == c)[:, 0] for c in classes}
-    cl = torch.tensor(classes)
-    x = torch.empty(n_episodes, 3 * n_p, dim)
-    y = torch.empty(n_episodes, dtype=DTYPE)
-    for e in range(n_episodes):
-        ca, cb = cl[torch.randperm(len(cl), generator=generator)[:2]].tolist()
-        ia = by_class[ca][torch.randint(len(by_class[ca]), (2,), generator=generator)]
-        ib = by_class[cb][torch.randint(len(by_class[cb]), (1,), generator=generator)]
-        pos_q = bool(torch.rand(1, generator=generator) < 0.5)
-        if pos_q:
-            a_img, q_img, b_img = ia[0], ia[1], ib[0]
-        else:  # query from class B: draw a second B image
-            ib2 = by_class[cb][torch.randint(len(by_class[cb]), (2,), generator=generator)]
-            a_img, b_img, q_img = ia[0], ib2[0], ib2[1]
-        x[e, :n_p] = patches[a_img] + label_emb[0]
-        x[e, n_p : 2 * n_p] = patches[b_img] + label_emb[1]
-        x[e, 2 * n_p :] = patches[q_img] + label_emb[2]
-        y[e] = 1.0 if pos_q else -1.0
-    return (x + pe).to(DTYPE), y
+    return label_emb, pe[:, :dim]
+
+
+def make_episodes(
+    glyphs: GlyphSet, n: int, split: str, generator: torch.Generator, patch: int = 7
+) -> Episodes:
+    """``n`` 2-way 1-shot episodes [support A, support B, query] from the classes of ``split``.
+
+    Two distinct classes A and B of ``split`` ("train": meta-train scripts, "test": meta-test
+    scripts) are drawn uniformly; support A and support B are random drawings of them; the query
+    is another drawing (a different drawer) of A with probability 1/2, else of B. Returns
+    :class:`Episodes` with ``y = +1`` when the query is of class A.
+    """
+    n = check_int("n", n, minimum=1)
+    cls = torch.from_numpy(glyphs.classes(split))
+    if len(cls) < 2:
+        raise ParameterError(f"split={split!r} has fewer than two classes")
+    D = glyphs.images.shape[1]
+    ab = torch.argsort(torch.rand(n, len(cls), generator=generator), dim=1)[:, :2]
+    ca, cb = cls[ab[:, 0]], cls[ab[:, 1]]
+    is_a = torch.rand(n, generator=generator) < 0.5
+    two = torch.argsort(torch.rand(n, D, generator=generator), dim=1)[:, :2]  # distinct drawers
+    other = torch.randint(D, (n,), generator=generator)
+    # the query's class gets the two distinct drawers; the other support any drawer
+    cq = torch.where(is_a, ca, cb)
+    da = torch.where(is_a, two[:, 0], other)
+    db = torch.where(is_a, other, two[:, 0])
+    dq = two[:, 1]
+    classes = torch.stack([ca, cb, cq], 1)
+    drawers = torch.stack([da, db, dq], 1)
+    imgs = torch.from_numpy(glyphs.images)[classes, drawers]  # (n, 3, S, S)
+    tok = patch_tokens(imgs, patch)  # (n, 3, n_p, d)
+    n_p, dim = tok.shape[-2], tok.shape[-1]
+    label_emb, pe = _embeddings(3 * n_p, dim)
+    x = (tok + label_emb[None, :, None, :]).reshape(n, 3 * n_p, dim) + pe
+    y = torch.where(is_a, 1.0, -1.0).to(DTYPE)
+    return Episodes(x.to(DTYPE), y, classes, drawers)
 
 
 class ICLAttentionNet(torch.nn.Module):
     """Gradient-descent version of the path network with learned query-key forms.
 
-    Same architecture as the theory: input projection, ``L`` layers of summed heads whose
-    attention is computed from the embedded input ``x`` in every layer, mean pooling, linear
-    readout. ``head_mask`` (L, H) of 0/1 removes heads; the head sum is renormalised by
-    ``1/sqrt(#active heads)``.
+    The theory's architecture (Chapter 4, the model): input projection ``V0`` (width ``N``),
+    ``L`` layers of ``H`` summed heads whose attention is computed from the embedded input ``x``
+    in every layer,
+
+    .. math:: \\Omega^{(\\ell)}_{h,st} = \\operatorname{softmax}_s\\big(
+              (W_K x_s)\\cdot(W_Q x_t)/\\sqrt G\\big),
+
+    value matrices ``V[l]`` (H, N, N), mean pooling over tokens and a linear readout ``a``. The
+    network is linear in ``V0, V, a`` for fixed attention, so the forward pass is computed through
+    the path expansion ``f = sum_pi w_pi^T V0 xi_pi / sqrt(N1 N0 n_paths)`` (identical to the
+    layer-by-layer pass, and far cheaper at large ``N``). ``head_mask`` (L, H) of 0/1 removes
+    heads; the head sum of each layer is renormalised by ``1/sqrt(#active heads)``.
     """
 
     def __init__(self, n0: int, width: int, heads: int, layers: int = 2, qk_dim: int = 16):
@@ -111,40 +196,62 @@ class ICLAttentionNet(torch.nn.Module):
         return torch.einsum("lhgi,lhgj->lhij", self.WK, self.WQ) / math.sqrt(self.G)
 
     def attention(self, x: torch.Tensor) -> list[torch.Tensor]:
-        Ws = self.bilinear_forms().to(x.dtype)
-        return [attention_from_bilinear(x, Ws[l]) for l in range(self.L)]
+        """Attention of every layer, (batch, H, key s, query t), from the low-rank forms."""
+        q = torch.einsum("lhgi,bti->lbhtg", self.WQ.to(x.dtype), x)
+        k = torch.einsum("lhgi,bsi->lbhsg", self.WK.to(x.dtype), x)
+        logits = torch.einsum("lbhsg,lbhtg->lbhst", k, q) / math.sqrt(self.G)
+        return list(torch.softmax(logits, dim=-2).unbind(0))
+
+    def weights(self) -> dict:
+        """The trained value weights in the theory's layout (for :func:`path_overlap`)."""
+        return {"V0": self.V0, "V": list(self.V), "a": self.a}
+
+    def path_weights(self) -> torch.Tensor:
+        """Read-out direction of every path in input space, ``r_pi = w_pi^T V0``: (paths, N0),
+        including the masked heads' renormalisation ``prod_l sqrt(H / #active_l)``."""
+        w = self.a[None, :] / math.sqrt(self.width)
+        for l in reversed(range(self.L)):
+            V = self.V[l] * self.head_mask[l][:, None, None]
+            w = torch.einsum("hoi,po->hpi", V, w).reshape(-1, self.width) / math.sqrt(self.width)
+        n_act = self.head_mask.sum(1).clamp_min(1.0)
+        norm = math.sqrt(self.n0 * self.H**self.L) * float(torch.sqrt(n_act / self.H).prod())
+        return (w @ self.V0) / norm
+
+    def outputs_from_paths(self, xi: torch.Tensor) -> torch.Tensor:
+        """Outputs ``f = sum_pi r_pi . xi_pi`` from precomputed path features (batch, paths, N0).
+
+        Removing heads changes only ``r``, so every pruned network can be evaluated on the same
+        frozen features. Returns (batch,)."""
+        return torch.einsum("pi,bpi->b", self.path_weights().to(xi.dtype), xi)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        attns = self.attention(x)
-        h = torch.einsum("ij,btj->bti", self.V0.to(x.dtype), x) / math.sqrt(self.n0)
-        for l in range(self.L):
-            m = self.head_mask[l].to(x.dtype)
-            n_act = float(m.sum())
-            mixed = torch.einsum("bhst,bsi->bhti", attns[l], h)
-            h = torch.einsum("h,hoi,bhti->bto", m, self.V[l].to(x.dtype), mixed) / math.sqrt(
-                max(n_act, 1.0) * self.width
-            )
-        return h.mean(1) @ self.a.to(x.dtype) / math.sqrt(self.width)
+        return self.outputs_from_paths(path_features(x, self.attention(x), "mean"))
 
 
 def train_icl_net(
-    cfg: DigitsConfig,
+    cfg: ImageTaskConfig,
     x_pool: torch.Tensor,
     y_pool: torch.Tensor,
     generator: torch.Generator,
     seed: int = 0,
+    device: str | torch.device = "cpu",
 ) -> tuple[ICLAttentionNet, list[float]]:
-    """Train :class:`ICLAttentionNet` by Adam on the squared loss to labels +-1 (float32)."""
+    """Train :class:`ICLAttentionNet` by Adam on the squared loss to labels +-1 (float32).
+
+    Mini-batches of ``cfg.gd_batch`` episodes are drawn from ``x_pool`` with the CPU
+    ``generator``; ``seed`` sets the initial weights. Training runs on ``device``; the network is
+    returned on the CPU, in eval mode, with the loss of every step.
+    """
     torch.manual_seed(seed)
-    net = ICLAttentionNet(x_pool.shape[-1], cfg.width, cfg.heads, 2, cfg.qk_dim)
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.gd_lr)
-    xp, yp = x_pool.float(), y_pool.float()
+    net = ICLAttentionNet(x_pool.shape[-1], cfg.width, cfg.heads, 2, cfg.qk_dim).to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.gd_lr, weight_decay=cfg.gd_weight_decay)
+    xp, yp = x_pool.float().to(device), y_pool.float().to(device)
     losses = []
     for _ in range(cfg.gd_steps):
-        idx = torch.randint(xp.shape[0], (cfg.gd_batch,), generator=generator)
+        idx = torch.randint(xp.shape[0], (cfg.gd_batch,), generator=generator).to(device)
         loss = ((net(xp[idx]) - yp[idx]) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(loss.item())
-    return net, losses
+        losses.append(loss.detach())
+    return net.cpu().eval(), [float(v) for v in losses]

@@ -1,0 +1,105 @@
+"""The one-shot glyph task of chapter 4: episode builder and the gradient-descent path network."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib import ParameterError
+from attnlib import glyphs as ag
+from attnlib import paths as ap
+
+
+@pytest.fixture(scope="module")
+def glyph_set() -> ag.GlyphSet:
+    return ag.make_glyphs(ag.GlyphConfig(n_drawers=5, max_per_script=8), cache=False)
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_episodes_are_valid_two_way_one_shot(glyph_set):
+    ep = ap.make_episodes(glyph_set, 400, "test", gen(0))
+    assert ep.x.shape == (400, 48, 49) and ep.x.dtype == torch.float64 and len(ep) == 400
+    cls, dr, y = ep.classes.numpy(), ep.drawers.numpy(), ep.y.numpy()
+    assert set(np.unique(y)) == {-1.0, 1.0}
+    assert np.all(cls[:, 0] != cls[:, 1])  # two different characters
+    # the query is of A's class exactly when y = +1, and it is a different drawing of it
+    q_is_a = cls[:, 2] == cls[:, 0]
+    np.testing.assert_array_equal(q_is_a, y > 0)
+    assert np.all(cls[:, 2] == np.where(y > 0, cls[:, 0], cls[:, 1]))
+    same = np.where(y > 0, dr[:, 0], dr[:, 1])
+    assert np.all(dr[:, 2] != same)
+    # classes come from the split only
+    assert set(cls.ravel().tolist()) <= set(glyph_set.classes("test").tolist())
+    tr = ap.make_episodes(glyph_set, 200, "train", gen(1))
+    assert set(tr.classes.numpy().ravel().tolist()) <= set(glyph_set.classes("train").tolist())
+    # balanced labels: binomial(400, 1/2), 5 standard deviations
+    assert abs(y.mean()) < 5 / math.sqrt(400)
+
+
+def test_episode_tokens_are_patch_plus_label_plus_position(glyph_set):
+    ep = ap.make_episodes(glyph_set, 6, "train", gen(2))
+    imgs = torch.from_numpy(glyph_set.images)[ep.classes, ep.drawers]  # (6, 3, 28, 28)
+    tok = ap.patch_tokens(imgs, 7).reshape(6, 48, 49).double()
+    rest = ep.x - tok  # label embedding + position code, the same for every episode
+    torch.testing.assert_close(rest, rest[:1].expand_as(rest), rtol=0, atol=1e-5)
+    # within an image the label part is constant: differences between images' tokens at the same
+    # patch position are differences of label embeddings plus position codes
+    lab = rest[0].reshape(3, 16, 49)
+    assert float((lab[0] - lab[1]).std(0).abs().max()) > 0.0
+    # patches are normalised to zero mean
+    assert float(tok.mean(-1).abs().max()) < 1e-5
+    # deterministic from the generator
+    again = ap.make_episodes(glyph_set, 6, "train", gen(2))
+    torch.testing.assert_close(ep.x, again.x)
+
+
+def test_bad_episode_requests_raise(glyph_set):
+    with pytest.raises(ParameterError):
+        ap.make_episodes(glyph_set, 10, "valid", gen(0))
+    with pytest.raises(ParameterError):
+        ap.make_episodes(glyph_set, 0, "train", gen(0))
+    with pytest.raises(ParameterError):
+        ap.ImageTaskConfig(patch=5)  # does not divide 28
+    with pytest.raises(ParameterError):
+        ap.ImageTaskConfig(gd_lr=0.0)
+
+
+def test_icl_net_is_the_theory_model_and_prunes_with_renormalisation():
+    torch.manual_seed(0)
+    net = ap.ICLAttentionNet(9, 6, 4, 2, 3).double()
+    x = torch.randn(5, 12, 9, dtype=torch.float64)
+    attns = net.attention(x)
+    # low-rank query-key attention equals the bilinear form softmax(x_s^T W_h x_t)
+    W = net.bilinear_forms()
+    for l in range(2):
+        torch.testing.assert_close(attns[l], ap.attention_from_bilinear(x, W[l]))
+    # the path-expansion forward pass equals the layer-by-layer pass of the theory's model
+    torch.testing.assert_close(net(x), ap.forward(x, attns, net.weights(), "mean"))
+    # removing heads: the layer-by-layer pass over the remaining heads, renormalised sums
+    net.head_mask[0, 1] = 0
+    net.head_mask[1, 3] = 0
+    w = net.weights()
+    w2 = {"V0": w["V0"], "V": [w["V"][0][[0, 2, 3]], w["V"][1][[0, 1, 2]]], "a": w["a"]}
+    a2 = [attns[0][:, [0, 2, 3]], attns[1][:, [0, 1, 2]]]
+    torch.testing.assert_close(net(x), ap.forward(x, a2, w2, "mean"))
+
+
+@pytest.mark.slow
+def test_icl_net_learns_the_glyph_task(glyph_set):
+    cfg = ap.ImageTaskConfig(
+        glyphs=glyph_set.config, width=16, gd_steps=600, gd_batch=32, n_pool=2000, P=50, n_val=50, n_test=400
+    )
+    pool = ap.make_episodes(glyph_set, cfg.n_pool, "train", gen(3))
+    test = ap.make_episodes(glyph_set, cfg.n_test, "test", gen(4))
+    net, losses = ap.train_icl_net(cfg, pool.x, pool.y, gen(5), seed=0)
+    assert np.mean(losses[-30:]) < np.mean(losses[:30])
+    with torch.no_grad():
+        acc = ap.accuracy(net(test.x.float()).double(), test.y)
+    # above chance on unseen scripts by more than 4 binomial standard deviations (2.5 points)
+    assert acc > 50 + 4 * 100 * 0.5 / math.sqrt(cfg.n_test)
