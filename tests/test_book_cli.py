@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -32,14 +31,12 @@ def test_validate_parameters_rejects_unknown_names_and_values():
 
 
 def test_bad_profile_exits_at_once_with_one_line():
-    t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "attnlib.book", "run", "00-attention",
                            "-p", "profile=fast"], capture_output=True, text=True, cwd=ROOT)
-    elapsed = time.perf_counter() - t0
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "profile='fast'" in lines[0] and "'quick', 'full'" in lines[0]
-    assert elapsed < 60  # no kernel was started (a chapter execution takes far longer)
+    assert "executing with" not in proc.stdout  # refused before a kernel was started
 
 
 def test_cache_key_covers_parameters_and_source():
