@@ -46,6 +46,9 @@ import attnlib as al
 
 run = al.start_chapter("99-tiny", profile=profile, device=device, seed=seed, quiet=True)
 delay = float(os.environ.get("TINY_DELAY", "0"))
+gate = os.environ.get("TINY_GATE")  # a test holds the execution here until it creates this file
+while gate and not os.path.exists(gate):
+    time.sleep(0.1)
 assert os.environ.get("TINY_FAIL") != "1", "asked to fail"
 
 
@@ -223,20 +226,31 @@ def test_cache_key_follows_the_modules_a_chapter_imports(tiny):
 
 
 # ---- locks -------------------------------------------------------------------------------------
-def test_two_concurrent_builds_do_not_interleave(tiny):
-    env = {"TINY_DELAY": "0.3"}
+def test_two_concurrent_builds_do_not_interleave(tiny, tmp_path):
+    import threading
+
+    gate = tmp_path / "gate"
+    env = {"TINY_GATE": str(gate), "PYTHONUNBUFFERED": "1"}
     first = _cli(tiny, "build", "--no-site", env=env)
     lock = tiny / "book" / "_cache" / "locks" / "build.lock"
-    deadline = time.time() + 120
+    deadline = time.time() + 180
     while time.time() < deadline and not (lock.exists() and lock.read_text().strip()):
         time.sleep(0.2)
     second = _cli(tiny, "build", "--no-site", env=env)
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(second.stdout), daemon=True)
+    reader.start()
+    while time.time() < deadline and not any("waiting:" in line for line in seen):
+        time.sleep(0.2)
+    gate.touch()  # only now may the first build's chapter finish
     out1, err1 = first.communicate(timeout=300)
-    out2, err2 = second.communicate(timeout=300)
-    assert first.returncode == 0 and second.returncode == 0, err1 + err2
+    second.wait(timeout=300)
+    reader.join(timeout=30)
+    out2 = "".join(seen)
+    assert first.returncode == 0 and second.returncode == 0, err1 + second.stderr.read()
     assert "waiting: another attnbook build in this checkout is already running" in out2
-    assert "99-tiny: executed in" in out1 and "executed in" not in out2.replace("executed, ", "")
-    assert "1 of 1 chapters executed" in out1 and "0 of 1 chapters executed" in out2
+    assert "99-tiny: executed in" in out1 and "1 of 1 chapters executed" in out1
+    assert "0 of 1 chapters executed" in out2 and "99-tiny: executed in" not in out2
 
 
 # ---- parameters are checked before a kernel starts ---------------------------------------------
