@@ -116,6 +116,12 @@ def sweep(
         bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=name)
     elif progress_file and todo:
         bar = _ProgressLines(progress_file, name, total=len(points), initial=len(points) - len(todo))
+    if todo and path.exists() and path.stat().st_size:
+        with path.open("rb") as fh:  # a line cut short by a kill: end it, so the next one is whole
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                with path.open("a") as out:
+                    out.write("\n")
     with path.open("a") as fh:
         for point in todo:
             t0 = time.perf_counter()

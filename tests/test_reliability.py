@@ -149,6 +149,25 @@ def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypat
     assert any(f"resuming after {saved} finished points" in line for line in lines_seen)
 
 
+def test_sweep_resumes_after_a_line_cut_short(tmp_path):
+    import attnlib as al
+
+    path = tmp_path / "s.jsonl"
+    al.sweep(lambda i: {"sq": i * i}, [{"i": i} for i in range(3)], "s", path=path)
+    text = path.read_text()
+    path.write_text(text[: -len(text.splitlines()[-1]) // 2 - 1])  # killed mid-write of point 2
+    calls = []
+
+    def fn(i):
+        calls.append(i)
+        return {"sq": i * i}
+
+    df = al.sweep(fn, [{"i": i} for i in range(4)], "s", path=path)
+    assert calls == [2, 3] and df.sq.tolist() == [0, 1, 4, 9]
+    again = al.sweep(fn, [{"i": i} for i in range(4)], "s", path=path)
+    assert calls == [2, 3] and again.sq.tolist() == [0, 1, 4, 9]  # nothing lost, nothing redone
+
+
 # ---- records and outputs on disk -------------------------------------------------------------
 def test_corrupt_records_are_reported_not_crashed(tiny, capsys):
     book.execute_chapter("99-tiny", **QUIET)
