@@ -1101,6 +1101,15 @@ def list_slots(log=print) -> list[dict]:
     return rows
 
 
+def _busy(slot: str) -> bool:
+    """True while another process holds the lock of ``slot`` (it is executing)."""
+    try:
+        with Lock(f"slot-{slot}", "", wait=False, log=lambda *_: None):
+            return False
+    except BuildError:
+        return True
+
+
 def clean(stale: bool = False, log=print) -> None:
     """Remove the executed chapters, caches and the site; with ``stale`` only what no run needs.
 
@@ -1119,6 +1128,9 @@ def clean(stale: bool = False, log=print) -> None:
     removed = 0
     for folder in sorted((CACHE / "sweeps").glob("*")) if (CACHE / "sweeps").exists() else []:
         slot, keep = folder.name, set()
+        if _busy(slot):
+            log(f"kept {_rel(folder)}: {slot} is being executed")
+            continue
         chapter = slot.split("@", 1)[0]
         if slot in records:
             keep.add(records[slot].get("key"))
