@@ -100,7 +100,7 @@ class MHAConfig:
     regime_k: int = 32  # tokens of the regime figure
     regime_d: int = 24  # token dimension of the regime figure
     adam_steps: int = 1_000  # Adam steps on the nice instance
-    adam_max_steps: int = 2_000  # cap of the plateau criterion on the hard family
+    adam_max_steps: int = 1_500  # cap of the plateau criterion on the hard family
     adam_seeds: int = 4  # seeds (initialisations) batched together
     adam_train: int = 4_000  # training examples of the baseline
     hard_dims: tuple = (6, 12, 24)  # token dimensions of the hard family
