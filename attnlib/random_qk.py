@@ -117,8 +117,11 @@ class RandomQKConfig:
     s2r_d_list: tuple = (3, 4, 6, 8)  # dimensions of the samples-vs-d comparison
     spec_n_cov: int = 16000  # sequences for the finite-head feature covariance (BRFA theory)
     spec_n_proj: int = 100000  # sequences for the target projections (BRFA theory)
-    # ridge grid: the ridgeless limit 0 and 1e-12 ... 1 (chosen on validation data)
-    lambdas: tuple = field(default_factory=lambda: (0.0, *(float(v) for v in 10.0 ** np.arange(-12, 1))))
+    # ridge grid, chosen on validation data: 1e-12 ... 1 and both ends of the path -- the
+    # ridgeless limit 0 and 1e6, where the fit is the training mean to within 1e-6 (kernel
+    # diagonals are at most ~1, so lambda * n exceeds every eigenvalue of the n x n kernel 1e6-fold)
+    lambdas: tuple = field(default_factory=lambda: (
+        0.0, *(float(v) for v in 10.0 ** np.arange(-12, 1)), 1e6))
 
     def __post_init__(self):
         for name in ("d", "N", "n_val", "n_test", "heads", "mc_sequences", "mc_repeats",
