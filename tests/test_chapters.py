@@ -19,6 +19,10 @@ REQUIRED_KEYS = {
     "01-random-features": [
         "rfmlp_over_rfa_at_max_n", "rfa_spread_over_N", "brfa_over_rfa_deg1", "brfa_over_rfa_deg2",
         "heads_loglog_slope", "kernel_mc_loglog_slope", "max_over_keys_rel_risk",
+        "threshold_cumrank_by_block", "crossing_over_cumrank_threshold", "heads_largest_M",
+        "heads_risk_over_inf_at_largest_M", "heads_excess_loglog_slope",
+        "max_over_keys_rel_gap_to_floor", "brfa_theory_max_abs_log10_dev", "ridge_at_grid_edge",
+        "samples_to_risk_by_N",
     ],
     "02-provable-mha": [
         "ablation_random_start_success_m2", "pipeline_no_polish_rel_error_m2",
