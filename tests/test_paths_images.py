@@ -90,6 +90,40 @@ def test_icl_net_is_the_theory_model_and_prunes_with_renormalisation():
     torch.testing.assert_close(net(x), ap.forward(x, a2, w2, "mean"))
 
 
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_batched_training_equals_separate_runs(schedule):
+    """Stacking seeds along a leading axis is separate training: same parameters as one run per seed."""
+    cfg = ap.ImageTaskConfig(width=8, qk_dim=3, gd_steps=15, gd_batch=5, n_pool=40, gd_schedule=schedule)
+    g = gen(0)
+    x = torch.randn(40, 12, 9, generator=g, dtype=torch.float64)
+    y = torch.where(torch.rand(40, generator=g) < 0.5, 1.0, -1.0).double()
+    seeds = [3, 4]
+    nets, losses = ap.train_icl_nets(cfg, x, y, [gen(100 + s) for s in seeds], seeds, dtype=torch.float64)
+    assert losses.shape == (15, 2)
+    for s, net in zip(seeds, nets, strict=True):
+        torch.manual_seed(s)
+        ref = ap.ICLAttentionNet(9, 8, 4, 2, 3).double()
+        opt = torch.optim.AdamW(ref.parameters(), lr=cfg.gd_lr, weight_decay=0.0)
+        batches = gen(100 + s)
+        for k in range(cfg.gd_steps):
+            if schedule == "cosine":
+                opt.param_groups[0]["lr"] = cfg.gd_lr * 0.5 * (1 + math.cos(math.pi * k / cfg.gd_steps))
+            idx = torch.randint(40, (5,), generator=batches)
+            loss = ((ref(x[idx]) - y[idx]) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        # float64 training; the returned nets hold float32 parameters
+        for (name, p), (_, q) in zip(net.named_parameters(), ref.named_parameters(), strict=True):
+            torch.testing.assert_close(p.detach().double(), q.detach(), rtol=1e-6, atol=1e-6, msg=name)
+    # the two seeds really are different networks
+    assert float((nets[0].V0 - nets[1].V0).detach().abs().max()) > 0.1
+    with pytest.raises(ParameterError):
+        ap.train_icl_nets(cfg, x, y, [gen(0)], seeds)
+    with pytest.raises(ParameterError):
+        ap.ImageTaskConfig(gd_schedule="linear")
+
+
 @pytest.mark.slow
 def test_icl_net_learns_the_glyph_task(glyph_set):
     cfg = ap.ImageTaskConfig(

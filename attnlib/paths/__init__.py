@@ -47,6 +47,7 @@ from .images import (
     make_episodes,
     patch_tokens,
     train_icl_net,
+    train_icl_nets,
 )
 from .kernels import (
     accuracy,
@@ -130,4 +131,5 @@ __all__ = [
     "make_episodes",
     "ICLAttentionNet",
     "train_icl_net",
+    "train_icl_nets",
 ]

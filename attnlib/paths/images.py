@@ -34,6 +34,7 @@ __all__ = [
     "make_episodes",
     "ICLAttentionNet",
     "train_icl_net",
+    "train_icl_nets",
 ]
 
 
@@ -44,8 +45,9 @@ class ImageTaskConfig:
     ``patch``: side of a square patch (it must divide the image side); ``width``: value width
     ``N`` of the gradient-descent network; ``heads``: heads per layer (``L = 2`` layers, so
     ``heads^2`` paths); ``qk_dim``: inner dimension ``G`` of the learned query-key forms;
-    ``gd_*``: Adam steps, batch, learning rate and weight decay; ``n_pool``: training episodes
-    drawn for gradient descent; ``P``, ``n_val``, ``n_test``: training, validation and test
+    ``gd_*``: Adam steps, batch, learning rate, weight decay and learning-rate schedule
+    (``"constant"``, or ``"cosine"``: ``lr_k = lr (1 + cos(pi k / steps)) / 2``); ``n_pool``:
+    training episodes drawn for gradient descent; ``P``, ``n_val``, ``n_test``: training, validation and test
     sequences of the theory (validation and test episodes use meta-test classes).
     """
 
@@ -58,6 +60,7 @@ class ImageTaskConfig:
     gd_batch: int = 128
     gd_lr: float = 3e-3
     gd_weight_decay: float = 0.0
+    gd_schedule: str = "constant"
     n_pool: int = 20000
     P: int = 600
     n_val: int = 1000
@@ -73,6 +76,8 @@ class ImageTaskConfig:
             check_int(name, getattr(self, name), minimum=1)
         check_float("gd_lr", self.gd_lr, minimum=0.0, strict=True)
         check_float("gd_weight_decay", self.gd_weight_decay, minimum=0.0)
+        if self.gd_schedule not in ("constant", "cosine"):
+            raise ParameterError(f"gd_schedule={self.gd_schedule!r} must be 'constant' or 'cosine'")
 
 
 IMAGE_PROFILES = {
@@ -228,6 +233,86 @@ class ICLAttentionNet(torch.nn.Module):
         return self.outputs_from_paths(path_features(x, self.attention(x), "mean"))
 
 
+def _stacked_outputs(params: dict, x: torch.Tensor, width: int, heads: int, layers: int, qk_dim: int):
+    """Outputs (S, B) of S unmasked :class:`ICLAttentionNet` s whose parameters are stacked along a
+    leading seed axis, on inputs ``x`` (S, B, n, N0): the same path expansion as
+    :meth:`ICLAttentionNet.forward`, one slice per network."""
+    S, B, n, n0 = x.shape
+    w = params["a"][:, None, :] / math.sqrt(width)  # (S, paths so far, N)
+    for l in reversed(range(layers)):
+        w = torch.einsum("shoi,spo->shpi", params["V"][l], w).reshape(S, -1, width) / math.sqrt(width)
+    r = (w @ params["V0"]) / math.sqrt(n0 * heads**layers)  # (S, paths, N0)
+    q = torch.einsum("slhgi,sbti->slbhtg", params["WQ"] / math.sqrt(qk_dim), x)
+    k = torch.einsum("slhgi,sbui->slbhug", params["WK"], x)
+    logits = torch.einsum("slbhug,slbhtg->slbhut", k, q)
+    attn = torch.softmax(logits, dim=-2)  # (S, L, B, H, key u, query t)
+    attns = [attn[:, l].reshape(S * B, heads, n, n) for l in range(layers)]
+    xi = path_features(x.reshape(S * B, n, n0), attns, "mean")
+    return torch.einsum("spi,sbpi->sb", r, xi.reshape(S, B, -1, n0))
+
+
+def train_icl_nets(
+    cfg: ImageTaskConfig,
+    x_pool: torch.Tensor,
+    y_pool: torch.Tensor,
+    generators: list[torch.Generator],
+    seeds: list[int],
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> tuple[list[ICLAttentionNet], torch.Tensor]:
+    """Train one :class:`ICLAttentionNet` per seed by Adam(W) on the squared loss to labels +-1,
+    all seeds at once.
+
+    Network ``i`` starts from the weights ``torch.manual_seed(seeds[i])`` gives and draws its
+    mini-batches of ``cfg.gd_batch`` episodes from ``x_pool`` with ``generators[i]``. The
+    parameters of all networks are stacked along a leading seed axis and the loss is the sum of
+    the networks' mean losses, so each slice receives exactly its own network's gradient and
+    Adam, acting entry by entry, updates it exactly as a separate run would: this is separate
+    training, done in one pass to share the per-step overhead. Training runs on ``device`` in
+    ``dtype``; the networks are returned on the CPU (float32), in eval mode, with the losses
+    (steps, seeds).
+    """
+    if len(generators) != len(seeds) or not seeds:
+        raise ParameterError(f"need one batch generator per seed: {len(generators)} for {len(seeds)} seeds")
+    n0 = x_pool.shape[-1]
+    nets = []
+    for s in seeds:
+        torch.manual_seed(s)
+        nets.append(ICLAttentionNet(n0, cfg.width, cfg.heads, 2, cfg.qk_dim))
+    stack = lambda get: torch.nn.Parameter(torch.stack([get(m).detach() for m in nets]).to(device, dtype))  # noqa: E731
+    params = {
+        "V0": stack(lambda m: m.V0),
+        "V": [stack(lambda m, l=l: m.V[l]) for l in range(2)],
+        "a": stack(lambda m: m.a),
+        "WQ": stack(lambda m: m.WQ),
+        "WK": stack(lambda m: m.WK),
+    }
+    flat = [params["V0"], *params["V"], params["a"], params["WQ"], params["WK"]]
+    opt = torch.optim.AdamW(flat, lr=cfg.gd_lr, weight_decay=cfg.gd_weight_decay)
+    xp, yp = x_pool.to(device, dtype), y_pool.to(device, dtype)
+    losses = []
+    for step in range(cfg.gd_steps):
+        if cfg.gd_schedule == "cosine":
+            opt.param_groups[0]["lr"] = cfg.gd_lr * 0.5 * (1 + math.cos(math.pi * step / cfg.gd_steps))
+        idx = torch.stack([torch.randint(xp.shape[0], (cfg.gd_batch,), generator=g) for g in generators])
+        idx = idx.to(device)
+        out = _stacked_outputs(params, xp[idx], cfg.width, cfg.heads, 2, cfg.qk_dim)
+        per_net = ((out - yp[idx]) ** 2).mean(1)
+        opt.zero_grad()
+        per_net.sum().backward()
+        opt.step()
+        losses.append(per_net.detach())
+    with torch.no_grad():
+        for i, m in enumerate(nets):
+            m.V0.copy_(params["V0"][i])
+            for l in range(2):
+                m.V[l].copy_(params["V"][l][i])
+            m.a.copy_(params["a"][i])
+            m.WQ.copy_(params["WQ"][i])
+            m.WK.copy_(params["WK"][i])
+    return [m.eval() for m in nets], torch.stack(losses).cpu()
+
+
 def train_icl_net(
     cfg: ImageTaskConfig,
     x_pool: torch.Tensor,
@@ -236,7 +321,7 @@ def train_icl_net(
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> tuple[ICLAttentionNet, list[float]]:
-    """Train :class:`ICLAttentionNet` by Adam on the squared loss to labels +-1 (float32).
+    """Train one :class:`ICLAttentionNet` by Adam on the squared loss to labels +-1 (float32).
 
     Mini-batches of ``cfg.gd_batch`` episodes are drawn from ``x_pool`` with the CPU
     ``generator``; ``seed`` sets the initial weights. Training runs on ``device``; the network is
