@@ -140,8 +140,11 @@ def test_brfa_trade_off(s):
     # degree 3: the paired log-ratio over the seeds is below zero by more than two standard errors
     assert math.log(s["brfa_over_rfa_deg3"]) < -2 * s["brfa_over_rfa_deg3_log_se"]
     assert s["brfa_seeds"] >= 4
-    # a strong mean hurts the degree-1 target (the largest c of the sweep is worse than RFA)
+    # a strong mean hurts the degree-1 target (the largest c of the sweep is worse than RFA),
+    # and the best mean strength grows with the degree of the target
     assert s["brfa_over_rfa_deg1_at_max_bias"] > 1
+    best = s["brfa_best_bias_by_degree"]
+    assert best["1"] <= best["2"] <= best["3"] and best["1"] < best["3"]
     # at small d, RFA with infinitely many heads overtakes BRFA's M heads past RFA's threshold
     # (test_thresholds_are_cumulative_ranks); at equal heads BRFA is still ahead at the largest n
     assert s["brfa_over_rfa_small_d_at_max_n"] < 1 or s["crossing_at_equal_heads"]
