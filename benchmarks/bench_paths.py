@@ -44,6 +44,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -274,7 +275,7 @@ def main(argv=None):
         )
     out["provenance"] = {
         "script": "benchmarks/bench_paths.py",
-        "argv": " ".join(argv or []) or "defaults",
+        "argv": " ".join(sys.argv[1:] if argv is None else argv) or "defaults",
         "attnlib_version": attnlib.__version__,
         "git_commit": git_commit(),
         "torch_version": torch.__version__,
