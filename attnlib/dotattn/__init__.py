@@ -55,7 +55,7 @@ from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d, sobol_g
 from .reference import reference_channel_hats, reference_nodes, reference_solve, stroud_secrest_12
 from .simulation import INITS, SIM_PROFILES, SimConfig, draw_problem, fit_linear_baseline, train_attention
 from .theory import FixedPoints, TheoryConfig, find_crossing, solve_fixed_points
-from .transition import critical_alpha, lowest_fixed_points
+from .transition import critical_alpha, lowest_fixed_points, lowest_on_grid
 
 __all__ = [
     "A_STANDARD",
@@ -77,6 +77,7 @@ __all__ = [
     "solve_fixed_points",
     "find_crossing",
     "lowest_fixed_points",
+    "lowest_on_grid",
     "critical_alpha",
     "SimConfig",
     "SIM_PROFILES",

@@ -51,7 +51,7 @@ def _valid(df: pd.DataFrame, sigma: float) -> pd.Series:
 
 def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation=None,
                         perturb: bool = True, published: bool = True, device="cpu",
-                        distinct_rtol: float = 1e-3) -> pd.DataFrame:
+                        distinct_rtol: float = 1e-3, quadrature=None) -> pd.DataFrame:
     """Solve every (alpha, omega, branch) point from several starts and keep the lowest eps_t.
 
     Starts per point: the published one (``published=True``), :data:`PERTURBATIONS` of it
@@ -61,6 +61,7 @@ def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation
     are solved in one batch. A candidate counts as converged only if it also is a physical state
     and passes the training-loss identity (:func:`_valid`). Points whose every start fails are
     retried once with stronger damping (0.9) and twice the iteration budget, from the same starts.
+    ``quadrature`` is passed on to :func:`solve_fixed_points` (e.g. a randomised QMC rule).
 
     Returns one row per point (the lowest converged candidate, or the lowest of all when none
     converged) with the columns of :meth:`FixedPoints.to_frame`, plus ``n_starts``,
@@ -83,7 +84,8 @@ def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation
 
     def run(rows, cfg):
         fp = solve_fixed_points([r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
-                                cfg, init=np.array([r[5] for r in rows]), device=device)
+                                cfg, init=np.array([r[5] for r in rows]), device=device,
+                                quadrature=quadrature)
         df = fp.to_frame().assign(point=[r[0] for r in rows], start=[r[4] for r in rows])
         return df.assign(converged=_valid(df, config.sigma))
 
@@ -113,6 +115,34 @@ def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation
         best["retried"] = bool(c.retried.any())
         out.append(best)
     return pd.DataFrame(out).drop(columns=["point"]).reset_index(drop=True)
+
+
+def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu") -> pd.DataFrame:
+    """One branch on an alpha grid: :func:`lowest_fixed_points` at every alpha, then a second pass
+    in which every point also starts from the solutions at its two neighbours (continuation in
+    both directions); the lowest training loss of the two passes is kept.
+    """
+    alphas = np.sort(np.atleast_1d(np.asarray(alphas, dtype=float)))
+    first = lowest_fixed_points(alphas, omega, branch, config, device=device)
+    ok = first.converged.to_numpy(bool)
+    cont = []
+    for i in range(len(alphas)):
+        nb = [j for j in (i - 1, i + 1) if 0 <= j < len(alphas) and ok[j]]
+        cont.append([_state(first.iloc[j]) for j in nb])
+    if not any(cont):
+        return first
+    idx = [i for i in range(len(alphas)) if cont[i]]
+    second = lowest_fixed_points(alphas[idx], omega, branch, config, continuation=[cont[i] for i in idx],
+                                 perturb=False, published=False, device=device)
+    out = first.copy()
+    for k, i in enumerate(idx):
+        a, b = out.iloc[i], second.iloc[k]
+        if bool(b.converged) and (not bool(a.converged) or b.eps_t < a.eps_t):
+            row = b.copy()
+            row["n_starts"] = int(a.n_starts) + int(b.n_starts)
+            row["multiplicity"] = max(int(a.multiplicity), int(b.multiplicity))
+            out.iloc[i] = row[out.columns]
+    return out
 
 
 def _state(row) -> tuple:
@@ -146,15 +176,14 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
     ``crit`` has one row per omega (``alpha`` = the root, ``bracket_lo``, ``bracket_hi``,
     ``n_nodes`` of the working rule, ``check_nodes``, ``quad_err_alpha``, ``converged_ends``,
     ``multiplicity_ends``, ``sign_changes`` of the gap over every alpha solved with the working
-    rule, ``steps``); ``points`` holds every solved point (column ``rule``) with its multiplicity and
-    convergence flags.
+    rule, ``steps``); ``points`` holds the kept solution at every solved (omega, rule, alpha, branch)
+    with its multiplicity and convergence flags.
     """
     if kind not in ("c", "l"):
         raise ValueError(f"kind must be 'c' (alpha_c) or 'l' (alpha_l); got {kind!r}")
     omegas = [float(w) for w in omegas]
     branches = ("positional", "semantic") if kind == "c" else ("semantic",)
     lin = {w: float(linear_baseline_error(w, config.sigma)) for w in omegas}
-    points = []
     rule = {w: config.n_nodes for w in omegas}
     sols = {}         # (omega, n_nodes, alpha) -> {branch: row}
     explored = set()  # keys solved with the perturbed starts too
@@ -184,7 +213,6 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
             pub = published or perturb or any(not c for c in cont)
             res = lowest_fixed_points(al, om, list(branches) * len(reqs), cfg, continuation=cont,
                                       perturb=perturb, published=pub, device=device).assign(rule=n)
-            points.append(res)
             nb = len(branches)
             for k, (w, a) in enumerate(reqs):
                 sols[(w, n, a)] = {b: res.iloc[nb * k + j] for j, b in enumerate(branches)}
@@ -196,6 +224,25 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
         if kind == "l":
             return float(s["semantic"].eps_g - lin[w])
         return float(s["semantic"].eps_t - s["positional"].eps_t)
+
+    def rebracket(ws):
+        """Restore a bracket at every omega of ``ws`` whose ends no longer bracket the root (after
+        a multi-start or a change of rule): secant extrapolation from the two ends, then a bracket
+        of growing width around the estimate. Returns the omegas that bracket again."""
+        todo = [w for w in ws if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
+        for k in range(6):
+            if not todo:
+                break
+            for w in todo:
+                a0, a1 = bracket[w]
+                d0, d1 = gap(w, a0), gap(w, a1)
+                est = a0 - d0 * (a1 - a0) / (d1 - d0) if d1 != d0 else (a0 + a1) / 2
+                h = max(a1 - a0, bracket_tol) * (k + 1)
+                bracket[w] = [round(max(0.02, est - h), 6), round(est + h, 6)]
+                mult[w], last[w], steps[w] = [1.0, 1.0], None, 0
+            solve([(w, a, rule[w]) for w in todo for a in bracket[w]], perturb=multistart)
+            todo = [w for w in todo if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
+        return [w for w in ws if w not in todo]
 
     # 1. a pair of alphas moved until it brackets the sign change
     bracket = {w: [max(0.02, guess(w) - half_width), guess(w) + half_width] for w in omegas}
@@ -245,18 +292,10 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
             continue
         # 3. multi-start at the bracket ends; resume the search if the sign pattern changes
         solve([(w, a, rule[w]) for w in active for a in bracket[w]], perturb=multistart)
-        moved = []
-        for w in active:
-            a0, a1 = bracket[w]
-            if not gap(w, a0) > 0 >= gap(w, a1):
-                width = a1 - a0
-                bracket[w] = [a1, a1 + width] if gap(w, a1) > 0 else [max(0.02, a0 - width), a0]
-                mult[w], last[w] = [1.0, 1.0], None
-                moved.append(w)
+        moved = [w for w in active if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
         if moved:
-            solve([(w, a, rule[w]) for w in moved for a in bracket[w]], perturb=True)
-            active = [w for w in active
-                      if w not in moved or gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
+            kept = rebracket(moved)
+            active = [w for w in active if w not in moved or w in kept]
             continue
         # 4. quadrature check at the bracket ends with the next larger rule
         req = []
@@ -280,13 +319,34 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
             # the rule's error exceeds the bracket: the larger rule becomes the working rule
             rule[w] = check[w]
             mult[w], last[w], steps[w] = [1.0, 1.0], None, 0
-            if not dc[0] > 0 >= dc[1]:  # the crossing moved out of the bracket: follow it
-                bracket[w] = [a1, a1 + width] if dc[1] > 0 else [max(0.02, a0 - width), a0]
-                solve([(w, a, rule[w]) for a in bracket[w]], perturb=True)
-                if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1]):
-                    continue
             nxt.append(w)
-        active = nxt
+        # where the larger rule moved the crossing out of the bracket, follow it
+        active = rebracket(nxt)
+    # 5. every point whose iteration failed from its starts is solved again from the published
+    #    starts, their perturbations and the converged solutions nearest to it (same omega, same
+    #    rule); the lower converged candidate is kept
+    bad = [k for k, v in sols.items() if not all(bool(r.converged) for r in v.values())]
+    for n in sorted({k[1] for k in bad}):
+        keys = [k for k in bad if k[1] == n]
+        al, om, br, cont = [], [], [], []
+        for w, _, a in keys:
+            good = [k for k, v in sols.items() if k[0] == w and k[1] == n and k[2] != a
+                    and all(bool(r.converged) for r in v.values())]
+            good = sorted(good, key=lambda k, a=a: abs(k[2] - a))[:2]
+            for b in branches:
+                al.append(a)
+                om.append(w)
+                br.append(b)
+                cont.append([_state(sols[k][b]) for k in good])
+        res = lowest_fixed_points(al, om, br, replace(config, n_nodes=n), continuation=cont,
+                                  device=device).assign(rule=n)
+        for j, (w, _, a) in enumerate(keys):
+            for i, b in enumerate(branches):
+                new, old = res.iloc[len(branches) * j + i], sols[(w, n, a)][b]
+                if bool(new.converged) and (not bool(old.converged) or new.eps_t < old.eps_t):
+                    sols[(w, n, a)][b] = new
+    if bad:
+        active = rebracket([w for w in omegas if w in found])
     rows = []
     for w in omegas:
         if w not in found:
@@ -298,16 +358,18 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
         ends = [sols[(w, n, a)][b] for a in (a0, a1) for b in branches]
         err = np.nan
         c = check.get(w)
-        if c is not None and (w, c, a0) in sols and (w, c, a1) in sols:
+        if c is not None and c != n and (w, c, a0) in sols and (w, c, a1) in sols:
             dc = [gap(w, a, c) for a in (a0, a1)]
             err = max(abs(dc[0] - d0), abs(dc[1] - d1)) / abs((d1 - d0) / (a1 - a0))
         grid = sorted(k[2] for k in sols if k[0] == w and k[1] == n)
         g = np.array([gap(w, a) for a in grid])
         rows.append({
-            "omega": w, "alpha": a0 - d0 * (a1 - a0) / (d1 - d0), "bracket_lo": a0,
+            "omega": w, "alpha": a0 - d0 * (a1 - a0) / (d1 - d0) if d0 > 0 >= d1 else np.nan,
+            "bracket_lo": a0,
             "bracket_hi": a1, "n_nodes": n, "check_nodes": c, "quad_err_alpha": err,
             "converged_ends": bool(all(bool(e.converged) for e in ends)), "steps": steps[w],
             "multiplicity_ends": int(max(int(e.multiplicity) for e in ends)),
             "sign_changes": int(np.sum(np.diff(np.sign(g)) != 0)),
         })
-    return pd.DataFrame(rows), pd.concat(points, ignore_index=True)
+    kept = pd.DataFrame([r for v in sols.values() for r in v.values()]).reset_index(drop=True)
+    return pd.DataFrame(rows), kept
