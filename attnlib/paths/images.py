@@ -81,8 +81,12 @@ class ImageTaskConfig:
 
 
 IMAGE_PROFILES = {
-    "quick": ImageTaskConfig(width=64, gd_steps=2000, gd_batch=32, n_pool=8000, P=200, n_val=500),
-    "full": ImageTaskConfig(),
+    # each pool episode is drawn about 2 (quick) or 6 (full) times: a pool drawn many more times is
+    # memorised (8 draws per episode: 83% on the pool, 75% on unseen scripts in quick)
+    "quick": ImageTaskConfig(
+        width=64, gd_steps=2000, gd_batch=32, gd_schedule="cosine", n_pool=32000, P=200, n_val=500
+    ),
+    "full": ImageTaskConfig(gd_schedule="cosine", n_pool=120000),
 }
 
 
