@@ -15,7 +15,9 @@ KEYS = [
     "alpha_c", "alpha_l", "alpha_c_by_omega", "alpha_l_by_omega", "eps_g_semantic_alpha2",
     "eps_g_positional_alpha2", "eps_g_linear_baseline", "gd_vs_theory_eps_g_rel_diff",
     "histogram_val_acc_positional", "histogram_val_acc_semantic", "solver_seconds_per_point",
-    "solver_speedup_vs_reference",
+    "solver_speedup_vs_reference", "solver_speedup_vs_reference_single",
+    "alpha_c_sign_changes_by_omega", "theory_fraction_converged", "reference_iterations_alpha2",
+    "eps_g_by_d", "aprime_alpha_c_by_omega", "rank2_map_shape",
 ]
 
 
@@ -27,6 +29,8 @@ def s() -> dict:
 def _finite(v):
     if isinstance(v, dict):
         return all(_finite(x) for x in v.values())
+    if isinstance(v, list):
+        return all(_finite(x) for x in v)
     return isinstance(v, int | float) and math.isfinite(v)
 
 
@@ -36,6 +40,31 @@ def test_every_issue_key_is_present_and_finite(s):
         assert _finite(s[key]), key
     for key in ("alpha_c_by_omega", "alpha_l_by_omega"):
         assert {"0.1", "0.2", "0.3", "0.4"} <= set(s[key]), key
+        assert len(s[key]) >= 12, key
+    assert isinstance(s["positional_families_with_multiple_fixed_points"], list)
+    assert len(s["rank2_map_shape"]) == 2 and min(s["rank2_map_shape"]) >= 2
+
+
+def test_alpha_c_by_design(s):
+    # one sign change of eps_t^sem - eps_t^pos over every alpha solved at each omega, every kept
+    # point converged, and the root's uncertainty (bracket + measured quadrature error) is smaller
+    # than the largest deviation from the published table (the text's accuracy claim)
+    assert set(s["alpha_c_sign_changes_by_omega"]) == set(s["alpha_c_by_omega"])
+    assert all(v == 1 for v in s["alpha_c_sign_changes_by_omega"].values())
+    assert s["theory_fraction_converged"] == 1.0 and s["theory_unconverged_points"] == []
+    for w, (lo, hi) in s["alpha_c_bracket_by_omega"].items():
+        assert lo < s["alpha_c_by_omega"][w] < hi and hi - lo <= 0.0101, w
+        assert s["alpha_c_quad_err_by_omega"][w] <= hi - lo, w
+    assert s["alpha_c_error_bound_max"] < s["alpha_c_published_abs_dev_max"]
+    assert 1 <= s["alpha_c_published_dev_exceeds_bound"] <= s["alpha_c_published_compared"]
+
+
+def test_published_scheme_baseline(s):
+    # the faithful re-implementation of the published scheme: its iteration counts at alpha = 2 and
+    # its agreement with the authors' tables (< 0.1 %); ours differs from them by more
+    assert s["reference_iterations_alpha2"] == {"semantic": 50, "positional": 28}
+    assert s["reference_vs_published_max_rel_err"] < 1e-3
+    assert s["ours_vs_published_max_rel_err"] > s["reference_vs_published_max_rel_err"]
 
 
 def test_transition_thresholds(s):
@@ -55,10 +84,9 @@ def test_transition_thresholds(s):
 def test_errors_at_alpha2(s):
     # above alpha_l the semantic minimum beats both the positional one and the linear baseline
     assert s["eps_g_semantic_alpha2"] < s["eps_g_linear_baseline"] < s["eps_g_positional_alpha2"]
-    assert s["theory_all_stopped"]
-    assert s["theory_fraction_converged"] >= 0.8
-    assert s["theory_eps_t_identity_max_rel_gap_converged"] < 1e-5
-    assert s["theory_eps_t_identity_max_rel_gap"] < 2e-2
+    assert s["theory_eps_t_identity_max_rel_gap_converged"] < 1e-4
+    # the trivial branch lies above the positional one
+    assert s["trivial_minus_positional_eps_t_min"] > 0
 
 
 def test_gd_matches_theory(s):
@@ -73,6 +101,15 @@ def test_histogram_both_mechanisms_learn(s):
 def test_solver_timing_is_recorded(s):
     # speed is measured in benchmarks/bench_dotattn.py, never asserted in tests (it flakes under load)
     assert s["solver_seconds_per_point"] > 0
+
+
+def test_test_error_approaches_the_branches_as_d_grows(s):
+    for init in ("semantic", "positional"):
+        by_d = s["eps_g_by_d"][init]
+        ds = sorted(by_d, key=float)
+        th = s["eps_g_theory_alpha15"][init]
+        assert abs(by_d[ds[-1]] / th - 1) < abs(by_d[ds[0]] / th - 1), init
+        assert s["eps_g_rel_diff_largest_d"][init] < 0.15, init
 
 
 def test_concentration_reaches_hundreds_of_dimensions_and_shrinks(s):

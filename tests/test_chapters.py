@@ -35,7 +35,10 @@ REQUIRED_KEYS = {
         "alpha_c", "alpha_l", "alpha_c_by_omega", "alpha_l_by_omega", "eps_g_semantic_alpha2",
         "eps_g_positional_alpha2", "eps_g_linear_baseline", "gd_vs_theory_eps_g_rel_diff",
         "histogram_val_acc_positional", "histogram_val_acc_semantic", "solver_seconds_per_point",
-        "solver_speedup_vs_reference",
+        "solver_speedup_vs_reference", "solver_speedup_vs_reference_single",
+        "alpha_c_sign_changes_by_omega", "positional_families_with_multiple_fixed_points",
+        "theory_fraction_converged", "reference_iterations_alpha2", "eps_g_by_d",
+        "aprime_alpha_c_by_omega", "rank2_map_shape",
     ],
     "04-attention-paths": [
         "hmc_gp_all_paths_acc", "hmc_gp_good_path_acc", "hmc_theory_acc_by_N", "hmc_U_gd_smallest_N",

@@ -23,7 +23,8 @@ TOY_CH3 = {
     "pd_d": 16, "pd_alphas": [0.5, 1.5], "pd_omegas": [0.2, 0.4], "pd_steps": 40,
     "pd_seeds": 2, "pd_n_test": 200, "altA_omegas": [0.2, 0.4],
     "generic_d": 16, "generic_seeds": 4, "generic_steps": 40,
-    "rank2_alphas": [1.0, 2.0],
+    "rank2_alphas": [1.0, 2.0], "rank2_omegas": [0.2, 0.4], "slice_omegas": [0.2, 0.4],
+    "ac_omegas": [0.3], "ac_bracket_tol": 0.05, "refine_nodes": [], "refine_nodes_l": [],
 }
 
 

@@ -151,8 +151,8 @@ def _state(row) -> tuple:
 
 def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05,
                    bracket_tol: float = 0.01, refine_nodes=(10, 12), max_steps: int = 8,
-                   kind: str = "c", multistart: bool = True,
-                   device="cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
+                   kind: str = "c", multistart: bool = True, rebracket_tries: int = 0,
+                   repair: bool = False, device="cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """alpha_c(omega), the zero of eps_t^sem - eps_t^pos, by a bracketing search at every omega.
 
     With ``kind="l"`` the same search locates alpha_l(omega) instead, the zero of
@@ -167,6 +167,12 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
        their perturbations, the current solution and the neighbours' solutions): the lowest
        training loss is kept, and if that changes the sign pattern the search resumes
        (``multistart=False`` skips this step).
+
+    Where a multi-start or a change of rule leaves the bracket ends on the same side, up to
+    ``rebracket_tries`` secant re-brackets are attempted (default 0: that omega is reported with
+    ``sign_changes`` 0 and ``alpha`` NaN); ``repair=True`` solves unconverged points once more from
+    the nearest converged solutions. Both are off by default because they can multiply the cost
+    at the larger rules.
     4. Quadrature check: both bracket ends solved again with the next rule of ``refine_nodes``,
        started from the current solutions; the change of the gap divided by its slope across the
        bracket is the quadrature error of the root. If it exceeds the bracket width, the larger
@@ -230,7 +236,7 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
         a multi-start or a change of rule): secant extrapolation from the two ends, then a bracket
         of growing width around the estimate. Returns the omegas that bracket again."""
         todo = [w for w in ws if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
-        for k in range(6):
+        for k in range(rebracket_tries):
             if not todo:
                 break
             for w in todo:
@@ -240,7 +246,7 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
                 h = max(a1 - a0, bracket_tol) * (k + 1)
                 bracket[w] = [round(max(0.02, est - h), 6), round(est + h, 6)]
                 mult[w], last[w], steps[w] = [1.0, 1.0], None, 0
-            solve([(w, a, rule[w]) for w in todo for a in bracket[w]], perturb=multistart)
+            solve([(w, a, rule[w]) for w in todo for a in bracket[w]], published=True)
             todo = [w for w in todo if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
         return [w for w in ws if w not in todo]
 
@@ -323,9 +329,9 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
         # where the larger rule moved the crossing out of the bracket, follow it
         active = rebracket(nxt)
     # 5. every point whose iteration failed from its starts is solved again from the published
-    #    starts, their perturbations and the converged solutions nearest to it (same omega, same
-    #    rule); the lower converged candidate is kept
-    bad = [k for k, v in sols.items() if not all(bool(r.converged) for r in v.values())]
+    #    starts and the converged solutions nearest to it (same omega, same rule); the lower
+    #    converged candidate is kept
+    bad = [k for k, v in sols.items() if not all(bool(r.converged) for r in v.values())] if repair else []
     for n in sorted({k[1] for k in bad}):
         keys = [k for k in bad if k[1] == n]
         al, om, br, cont = [], [], [], []
@@ -339,7 +345,7 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
                 br.append(b)
                 cont.append([_state(sols[k][b]) for k in good])
         res = lowest_fixed_points(al, om, br, replace(config, n_nodes=n), continuation=cont,
-                                  device=device).assign(rule=n)
+                                  perturb=False, device=device).assign(rule=n)
         for j, (w, _, a) in enumerate(keys):
             for i, b in enumerate(branches):
                 new, old = res.iloc[len(branches) * j + i], sols[(w, n, a)][b]
