@@ -50,6 +50,11 @@ def test_image_task_is_omniglot_like_and_learned(s):
     assert s["images_gd_acc"] > s["images_gp_acc"] + 3
     assert min(s["images_gd_acc_seeds"]) > 60  # every training seed learns the task
     assert s["images_U_theory_vs_gd_corr"] > 0.5  # theory's U and the trained overlaps share a pattern
+    assert s["images_U_offdiag_corr"] < s["images_U_theory_vs_gd_corr"]  # "mostly the diagonal"
+    # the text: at N = 10 the renormalised kernel turns towards the labels but moves the accuracy
+    # by little (a few binomial standard errors at most)
+    assert s["images_kta_fw"] > s["images_kta_gp"]
+    assert abs(s["images_theory_acc_small_N"] - s["images_gp_acc"]) < 3
 
 
 def test_image_pruning_statements(s):
@@ -59,11 +64,13 @@ def test_image_pruning_statements(s):
     sd = (sum((c - mean) ** 2 for c in corrs) / (len(corrs) - 1)) ** 0.5
     assert abs(s["images_pruning_rank_corr_mean"] - mean) < 1e-12
     assert abs(s["images_pruning_rank_corr_sd"] - sd) < 1e-12
-    # the text: better than chance on average, score order above random in most steps,
-    # theory-side pruning tracks the drops better than the score
+    # the text: better than chance on average, score order above random in most steps; the
+    # theory-side pruning correlation is only reported (mean, range over the seeds)
     assert s["images_pruning_rank_corr_mean"] > 0
     assert s["images_score_order_beats_random"] > 0.5
-    assert s["images_theory_vs_gd_drop_corr_mean"] > s["images_pruning_rank_corr_mean"]
+    th = s["images_theory_vs_gd_drop_corr_seeds"]
+    assert len(th) == len(corrs) and all(-1 <= c <= 1 for c in th)
+    assert abs(s["images_theory_vs_gd_drop_corr_mean"] - sum(th) / len(th)) < 1e-12
 
 
 def test_sampling_variance_and_diagnostics(s):
