@@ -20,10 +20,10 @@ TOY_CH3 = {
     "sim": {"d": 16, "n_seeds": 2, "steps": 40, "n_test": 200},
     "sim_alphas": [1.0, 2.0],
     "scaling_ds": [8, 12], "scaling_seeds": 2,
-    "pd_d": 16, "pd_alphas": [0.5, 1.5], "pd_omegas": [0.2, 0.4], "pd_steps": 40,
+    "pd_d": 16, "pd_alphas": [0.5, 1.5], "pd_omegas": [0.3, 0.35], "pd_steps": 40,
     "pd_seeds": 2, "pd_n_test": 200, "altA_omegas": [0.2, 0.4],
     "generic_d": 16, "generic_seeds": 4, "generic_steps": 40,
-    "rank2_alphas": [1.0, 2.0], "rank2_omegas": [0.2, 0.4], "slice_omegas": [0.2, 0.4],
+    "rank2_alphas": [1.0, 2.0], "rank2_omegas": [0.2, 0.4], "slice_omegas": [0.3, 0.35],
     "ac_omegas": [0.3], "ac_bracket_tol": 0.05, "refine_nodes": [], "refine_nodes_l": [],
 }
 

@@ -118,7 +118,7 @@ def _train_epochs(model, opt, xtr, ytr, config: HistogramConfig, epochs: int, ge
             opt.step()
             if sched is not None:
                 sched.step()
-            total += float(loss) * len(b)
+            total += loss.detach().item() * len(b)
             count += len(b)
         if on_epoch is not None:
             on_epoch(epoch + 1, total / count)
