@@ -3,6 +3,7 @@
 Commands::
 
     attnbook build [-p name=value ...]      execute changed chapters, then build the HTML
+                  [--edition student]      (student: exercises without solutions, _build/student/html)
     attnbook run CHAPTER [-p name=value]    execute one chapter (e.g. -p profile=full -p seed=1)
     attnbook list                           every output slot, whether it is current and why not
     attnbook sync                           rewrite the outputless chapters/*.ipynb from chapters/*.md
@@ -48,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _edition
 from ._validation import ParameterError
 
 PACKAGE = Path(__file__).resolve().parent
@@ -985,13 +987,15 @@ def execution_table(chapters: list[str], records: dict, slots: dict[str, str] | 
     return "\n".join(rows) + "\n"
 
 
-def stage_site(chapters: list[str], slots: dict[str, str] | None = None) -> Path:
+def stage_site(chapters: list[str], slots: dict[str, str] | None = None,
+               edition: str = "instructor") -> Path:
     """Assemble ``_build/src``: config, prose pages and the executed chapters as pages.
 
     Each chapter's page is the notebook of its slot in ``slots`` (default: the book's own slot).
+    ``edition`` (:mod:`attnlib._edition`): ``"student"`` hides the solutions.
     """
     slots = slots or {}
-    src = BUILD / "src"
+    src = BUILD / "src" if edition == "instructor" else BUILD / edition / "src"
     if src.exists():
         shutil.rmtree(src)
     (src / "chapters").mkdir(parents=True)
@@ -1006,14 +1010,16 @@ def stage_site(chapters: list[str], slots: dict[str, str] | None = None) -> Path
         if not notebook.exists():
             raise BuildError(f"{_rel(notebook)} is missing: execute it first (`attnbook run {chapter}`)")
         shutil.copy2(notebook, src / "chapters" / f"{chapter}.ipynb")
+    _edition.stage(src, chapters, _load_records(report=False), slots, edition)
     return src
 
 
-def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = None) -> Path:
+def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = None,
+               edition: str = "instructor") -> Path:
     """Render the executed chapters strictly (``--all -W -n --keep-going``); return the HTML dir."""
-    src = stage_site(chapters, slots)
-    html = BUILD / "html"
-    out_root = BUILD / "jb"
+    src = stage_site(chapters, slots, edition)
+    html = _edition.html_dir(BUILD, edition)
+    out_root = _edition.work_dir(BUILD, edition)
     cmd = [
         str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--path-output", str(out_root),
         "--all", "-W", "-n", "--keep-going",
@@ -1024,7 +1030,7 @@ def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = No
     if proc.returncode != 0:
         raise BuildError("the site build failed (jupyter-book output above)",
                          "the site build failed:\n" + proc.stdout[-6000:] + proc.stderr[-6000:])
-    staged = BUILD / "html.new"
+    staged = html.with_name("html.new")
     if staged.exists():
         shutil.rmtree(staged)
     shutil.copytree(out_root / "_build" / "html", staged)
@@ -1036,13 +1042,17 @@ def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = No
 
 
 def build(params: dict | None = None, force: bool = False, site: bool = True, log=print,
-          wait: bool = True) -> dict:
+          wait: bool = True, edition: str = "instructor") -> dict:
     """Execute every chapter of the table of contents (cached), then build the site.
+
+    ``edition="student"`` renders the exercises without their solutions into
+    ``_build/student/html`` (:mod:`attnlib._edition`).
 
     One build per checkout at a time: a second one waits for the first (saying so), or with
     ``wait=False`` stops at once. Every chapter's parameters are checked before any executes.
     """
     chapters = toc_chapters()
+    _edition.check_edition(edition)
     for chapter in chapters:  # refuse bad parameters before the first kernel starts
         nb = _read_chapter(chapter)
         validate_parameters(chapter, params or {}, default_parameters(nb), nb=nb)
@@ -1062,7 +1072,7 @@ def build(params: dict | None = None, force: bool = False, site: bool = True, lo
         _atomic_write(TABLE, table)
         log("\n" + table)
         if site:
-            html = build_site(chapters, log=log, slots=slots)
+            html = build_site(chapters, log=log, slots=slots, edition=edition)
             log(f"open {html / 'index.html'}")
     return records
 
@@ -1202,6 +1212,9 @@ def main(argv: list[str] | None = None) -> int:
     p_build.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
     p_build.add_argument("--force", action="store_true", help="re-execute every chapter")
     p_build.add_argument("--no-site", action="store_true", help="execute only, skip the HTML")
+    p_build.add_argument("--edition", choices=_edition.EDITIONS, default="instructor",
+                         help="instructor (default): solutions folded under each exercise, in "
+                              "_build/html; student: exercises without solutions, in _build/student/html")
     p_build.add_argument("--no-wait", action="store_true",
                          help="stop at once if another build of this checkout is running")
     p_run = sub.add_parser("run", help="execute one chapter")
@@ -1222,7 +1235,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             build(_cli_params(toc_chapters(), args.param), force=args.force,
-                  site=not args.no_site, wait=not args.no_wait)
+                  site=not args.no_site, wait=not args.no_wait, edition=args.edition)
         elif args.command == "run":
             execute_chapter(args.chapter, _cli_params([args.chapter], args.param), force=args.force,
                             wait=not args.no_wait)

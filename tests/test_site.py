@@ -98,3 +98,67 @@ def test_launch_and_download_buttons_point_to_notebooks(html_dir):
         assert f"blob/main/chapters/{chapter}.ipynb" in html  # Colab opens the committed notebook
         assert f"_sources/chapters/{chapter}.ipynb" in html  # download of the executed notebook
         assert (html_dir / "_sources" / "chapters" / f"{chapter}.ipynb").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# raw dumps: what a reader sees must be prose, formatted tables and figures, never a repr
+# --------------------------------------------------------------------------------------------
+#: A float in exponent notation with a zero-padded exponent (``1.5e-05``, ``0.0e+00``): the
+#: look of ``repr``/``%e`` output, never of a number formatted for a reader.
+_PADDED_EXPONENT = re.compile(r"\d[eE][+-]0\d")
+#: A printed dict of more than 80 characters.
+_DICT_DUMP = re.compile(r"\{'[^{}]{80,}")
+#: A line of a plain-text table: a label, then columns separated by two or more spaces,
+#: ending in a number (a pandas Series/DataFrame repr, an aligned key/value print).
+_TABLE_LINE = re.compile(r"^\s*\S.*?\S\s{2,}[-+]?\d[\d.eE+-]*\s*$")
+
+
+def _reader_text(soup) -> tuple[str, list[str]]:
+    """The text of a page's main column without code sources, and the plain-text outputs."""
+    main = soup.find("main") or soup
+    main = BeautifulSoup(str(main), "html.parser")  # a copy we may cut
+    for source in main.select(".cell_input, div.highlight-ipython3, div.highlight-python"):
+        source.decompose()
+    outputs = [pre.get_text() for pre in main.select(".cell_output pre, .output pre")]
+    return main.get_text(" "), outputs
+
+
+def _raw_dumps(soup) -> list[str]:
+    text, outputs = _reader_text(soup)
+    found = []
+    if "dtype:" in text or re.search(r"Name: .{1,80}, dtype", text):
+        found.append("a pandas Series repr ('dtype:')")
+    for m in _PADDED_EXPONENT.finditer(text):
+        found.append(f"a repr-style float {text[max(0, m.start() - 30):m.end() + 10]!r}")
+    for m in _DICT_DUMP.finditer(text):
+        found.append(f"a printed dict {m.group(0)[:60]!r}...")
+    for out in outputs:
+        lines = [line for line in out.splitlines() if line.strip()]
+        table = [line for line in lines if _TABLE_LINE.match(line)]
+        if len(lines) >= 3 and len(table) >= 0.6 * len(lines):
+            found.append(f"a plain-text table printed as output: {lines[0][:60]!r}...")
+    return found
+
+
+@pytest.mark.parametrize("page", all_pages())
+def test_no_raw_repr_on_any_page(html_dir, page):
+    """No Series/DataFrame/dict repr, no printed plain-text table and no ``e+00``-style float."""
+    found = _raw_dumps(_soup(html_dir, page))
+    assert not found, f"{page}: " + "; ".join(found[:6])
+
+
+def test_raw_repr_detector_catches_what_was_found():
+    """The detector flags the dumps that were found on the pages (and passes formatted text)."""
+    def page(body):
+        return BeautifulSoup(f"<main>{body}</main>", "html.parser")
+
+    series = ("<div class='cell_output'><pre>degree k\n1    0.667911\n2    0.061942\n"
+              "Name: max |log10(simulation / theory)|, dtype: float64</pre></div>")
+    keyvalue = ("<div class='cell_output'><pre>ablation_success_m2          1.000000\n"
+                "pipeline_rel_error_m2           0.576499\nbody_half_thickness        0.105365</pre></div>")
+    assert _raw_dumps(page(series))
+    assert _raw_dumps(page(keyvalue))
+    assert _raw_dumps(page("<p>the error is 0.0e+00 here</p>"))
+    assert _raw_dumps(page("<p>" + repr({f"key_{i}": i / 7 for i in range(8)}) + "</p>"))
+    assert not _raw_dumps(page("<p>agreement within 3.2 % (max |ours - SDPA| = 5.6e-16)</p>"))
+    assert not _raw_dumps(page("<table><tr><td>0.667</td></tr></table>"))

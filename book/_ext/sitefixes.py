@@ -3,12 +3,56 @@
 Jupyter Book 1.x sets sphinx-thebe up twice, so every page declared ``const THEBE_JS_URL`` twice
 and the browser console reported a SyntaxError on each page. Here each page's script list keeps
 one copy of every script (same file or same inline body, in the original order).
+
+Numbers glued into the text with an exponent format (``{glue:text}`key:.1e```) are printed by
+Python as ``1.6e-03``; here each one becomes ``1.6 × 10⁻³`` (a superscript exponent), the way a
+reader writes it.
+
+pydata-sphinx-theme reads the colour mode from the template variable ``default_mode``, which
+Jupyter Book leaves empty, so every page logged "Got invalid theme mode" to the console; it is
+set to ``auto`` (follow the reader's system setting).
 """
 
 from __future__ import annotations
 
+import re
+
+from docutils import nodes
+
+_EXPONENT = re.compile(r"([-+]?\d+(?:\.\d+)?)[eE]([-+]?)(\d+)")
+
+
+def scientific(text: str) -> tuple[str, str] | None:
+    """``"1.6e-03"`` -> ``("1.6 × 10", "−3")``; ``"0.0e+00"`` -> ``("0.0", "")``; else None."""
+    m = _EXPONENT.fullmatch(text.strip())
+    if m is None:
+        return None
+    mantissa, sign, digits = m.groups()
+    exponent = int(digits)
+    if exponent == 0:
+        return mantissa, ""
+    return f"{mantissa} × 10", ("\u2212" if sign == "-" else "") + str(exponent)
+
+
+def _glued_exponents(app, doctree, docname):
+    for node in list(doctree.findall(nodes.inline)):
+        if "pasted-text" not in node.get("classes", []):
+            continue
+        parts = scientific(node.astext())
+        if parts is None:
+            continue
+        base, exponent = parts
+        node.children = []
+        node += nodes.Text(base)
+        if exponent:
+            node += nodes.superscript(exponent, exponent)
+
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
+    # pydata-sphinx-theme reads the colour mode from ``default_mode``, which Jupyter Book leaves
+    # empty: every page then logged "Got invalid theme mode" to the console.
+    if not context.get("default_mode"):
+        context["default_mode"] = "auto"
     scripts = context.get("script_files")
     if not scripts:
         return
@@ -24,4 +68,5 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.connect("html-page-context", _dedupe_scripts)
+    app.connect("doctree-resolved", _glued_exponents)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

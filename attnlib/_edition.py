@@ -1,0 +1,70 @@
+"""Editions of the site and the facts staged beside the chapters (used by :mod:`attnlib.book`).
+
+Two editions render the same executed chapters:
+
+* ``instructor`` (the default): exercises with their solutions folded under each one, in
+  ``_build/html``;
+* ``student``: the exercise statements only (sphinx-exercise's ``hide_solutions``), in
+  ``_build/student/html``.
+
+Besides the chapters, the staging tree receives ``book/_generated/runtimes.json``: for each
+chapter the wall time, profile, device and date of the execution shown on its page, read from
+the execution records (the same records as the reproducibility table). The ``chapter-facts``
+directive of ``book/_ext/chapterinfo.py`` prints them in each chapter's front matter, so a run
+time on a page is never typed in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+EDITIONS = ("instructor", "student")
+#: Where the staged facts live, relative to the staging tree (read by book/_ext/chapterinfo.py).
+RUNTIMES = Path("book") / "_generated" / "runtimes.json"
+
+
+def check_edition(edition: str) -> str:
+    from ._validation import check_choice
+
+    return check_choice("edition", edition, EDITIONS)
+
+
+def html_dir(build: Path, edition: str) -> Path:
+    """The output folder of an edition: ``_build/html`` or ``_build/<edition>/html``."""
+    check_edition(edition)
+    return build / "html" if edition == "instructor" else build / edition / "html"
+
+
+def work_dir(build: Path, edition: str) -> Path:
+    """Jupyter Book's own output root (``--path-output``) for an edition."""
+    return build / "jb" if edition == "instructor" else build / edition / "jb"
+
+
+def runtimes(chapters: list[str], records: dict, slots: dict[str, str] | None = None) -> dict:
+    """``{chapter: {wall_s, profile, device, date}}`` of the slot each page shows."""
+    slots = slots or {}
+    out = {}
+    for chapter in chapters:
+        record = records.get(slots.get(chapter, chapter)) or {}
+        if "wall_s" in record:
+            out[chapter] = {key: record.get(key) for key in ("wall_s", "profile", "device", "date")}
+    return out
+
+
+def stage(src: Path, chapters: list[str], records: dict, slots: dict[str, str] | None,
+          edition: str) -> None:
+    """Write the staged facts into ``src`` and switch the solutions off for the student edition."""
+    import yaml
+
+    check_edition(edition)
+    target = src / RUNTIMES
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(runtimes(chapters, records, slots), indent=1, sort_keys=True))
+    config_path = src / "_config.yml"
+    config = yaml.safe_load(config_path.read_text())
+    sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx_config["hide_solutions"] = edition == "student"
+    if edition == "student":
+        config["title"] = f"{config.get('title', '')} (student edition)".strip()
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
