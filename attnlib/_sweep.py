@@ -1,11 +1,22 @@
-"""Resumable sweeps: every finished point is on disk before the next one starts."""
+"""Resumable sweeps: every finished point is on disk as soon as it is finished.
+
+Points run serially in this process (the default), or on Dask (``distributed``): an embedded
+``LocalCluster`` on this machine (``scheduler="local"``) or any running scheduler by address
+(``scheduler="tcp://host:8786"``, e.g. a SLURM cluster started with ``dask-jobqueue``). Either way
+the driver (the process that calls :func:`sweep`) alone writes the checkpoint; workers only
+compute points.
+"""
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
+import re
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,8 +24,47 @@ from typing import Any
 import pandas as pd
 
 from ._runtime import Run, _jsonable
+from ._validation import ParameterError
 
-__all__ = ["sweep"]
+__all__ = ["sweep", "SweepError", "check_scheduler", "SCHEDULERS"]
+
+#: The scheduler names :func:`sweep` accepts besides a scheduler address (``tcp://host:port``).
+SCHEDULERS = ("serial", "local", "local:<n workers>")
+_ADDRESS = re.compile(r"(tcp|tls|ucx|ws|wss)://[^\s/]+:\d{1,5}")
+
+
+class SweepError(RuntimeError):
+    """Points of a distributed sweep failed after their retries; every other point was saved.
+
+    ``failed`` maps each failed point (as JSON) to its error text.
+    """
+
+    def __init__(self, message: str, failed: dict[str, str]):
+        super().__init__(message)
+        self.failed = failed
+
+
+def check_scheduler(scheduler: Any) -> str | None:
+    """Check a ``scheduler`` value and return it normalised (``None`` for serial execution).
+
+    Accepted: ``None`` or ``"serial"`` (in-process, the default), ``"local"`` (an embedded
+    ``distributed.LocalCluster``, one single-threaded worker process per CPU core), ``"local:<n>"``
+    (``n`` workers) and a scheduler address such as ``"tcp://host:8786"``. Raises
+    :class:`~attnlib.ParameterError` with one line otherwise.
+    """
+    if scheduler is None or scheduler == "serial":
+        return None
+    if not isinstance(scheduler, str):
+        raise ParameterError(f"scheduler={scheduler!r} must be a string: 'serial', 'local', "
+                             "'local:<n workers>' or a scheduler address like 'tcp://host:8786'")
+    text = scheduler.strip()
+    m = re.fullmatch(r"local(?::(\d+))?", text)
+    if m and (m.group(1) is None or int(m.group(1)) >= 1):
+        return text
+    if _ADDRESS.fullmatch(text):
+        return text
+    raise ParameterError(f"scheduler={scheduler!r} is not one of 'serial', 'local', 'local:<n workers>' "
+                         "or a scheduler address like 'tcp://host:8786'")
 
 
 def _key(point: Mapping[str, Any]) -> str:
@@ -66,6 +116,8 @@ def sweep(
     run: Run | None = None,
     path: str | Path | None = None,
     progress: bool | None = None,
+    scheduler: Any = None,
+    retries: int = 2,
 ) -> pd.DataFrame:
     """Evaluate ``fn(**point)`` for every point, checkpointing each result as it finishes.
 
@@ -85,6 +137,15 @@ def sweep(
         Show a tqdm bar; by default only in interactive sessions. In book builds
         (``ATTNLIB_PROGRESS_FILE`` set by ``attnbook``) progress lines go to that file instead,
         which the CLI prints, so that the executed notebook stays free of progress output.
+    scheduler : str or distributed.Client, optional
+        Where the points run: ``None``/``"serial"`` in this process, one after the other (the
+        default); ``"local"`` on an embedded ``distributed.LocalCluster`` (one single-threaded
+        worker process per CPU core; ``"local:4"`` for four), started at the first such sweep and
+        reused by later ones in the same process; an address such as ``"tcp://host:8786"`` of a
+        running Dask scheduler; or a ``distributed.Client``. See :func:`check_scheduler`.
+    retries : int
+        On Dask, how many times a failed point is re-run (``Client.submit(retries=)``) before it
+        counts as failed. A point whose worker dies is re-assigned by the scheduler anyway.
 
     Returns
     -------
@@ -96,11 +157,23 @@ def sweep(
     Points already in the checkpoint file are not recomputed, so an interrupted sweep resumes
     where it stopped. The file is keyed by the run's profile, seed and attnlib source (and, in
     book builds, by the chapter's execution-cache key), so stale results are never reused.
+
+    On Dask, every unfinished point is submitted at once and each result is appended to the
+    checkpoint as it arrives (``distributed.as_completed``), so a lost worker or an interrupted
+    driver loses no finished point. Points that still fail after ``retries`` are reported by
+    name in one :class:`SweepError`, raised after every other point has been saved. ``fn`` must
+    be picklable: a module-level function of an importable module (such as ``attnlib``'s point
+    functions) travels by reference and the workers import it (on a remote cluster they need the
+    same attnlib installed); a function defined in a notebook or script is sent by value
+    (cloudpickle), together with the globals it uses. A point should draw its randomness from
+    its own parameters (a seed in the point), not from a global generator, so that its result
+    does not depend on which worker runs it or in what order.
     """
     if path is None:
         if run is None:
             raise ValueError("sweep() needs either run= or path=")
         path = run.sweep_dir / f"{name}.jsonl"
+    on_dask = _wants_dask(scheduler)  # checks the value before anything runs
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     points = [dict(p) for p in points]
@@ -122,20 +195,120 @@ def sweep(
             if fh.read(1) != b"\n":
                 with path.open("a") as out:
                     out.write("\n")
+    client = _client(scheduler) if on_dask and todo else None
     with path.open("a") as fh:
-        for point in todo:
-            t0 = time.perf_counter()
-            out = fn(**point)
-            rows = out if isinstance(out, list) else [out]
-            elapsed = time.perf_counter() - t0
-            rows = [dict(_jsonable(dict(r)), elapsed_s=elapsed) for r in rows]
+
+        def save(point: dict, rows: list[dict]) -> None:
             fh.write(json.dumps({"point": _jsonable(point), "rows": rows}) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
             done[_key(point)] = rows
             if bar is not None:
                 bar.update(1)
-    if bar is not None:
-        bar.close()
+
+        try:
+            if client is None:
+                for point in todo:
+                    save(point, _evaluate(fn, point))
+            else:
+                _run_distributed(client, fn, todo, name, retries, save)
+        finally:
+            if bar is not None:
+                bar.close()
     records = [{**p, **row} for p in points for row in done[_key(p)]]
     return pd.DataFrame.from_records(records)
+
+
+def _evaluate(fn: Callable[..., dict | list[dict]], point: dict) -> list[dict]:
+    """``fn(**point)`` as JSON-able rows, each with the point's wall time ``elapsed_s``."""
+    t0 = time.perf_counter()
+    out = fn(**point)
+    elapsed = time.perf_counter() - t0
+    rows = out if isinstance(out, list) else [out]
+    return [dict(_jsonable(dict(r)), elapsed_s=elapsed) for r in rows]
+
+
+def _wants_dask(scheduler: Any) -> bool:
+    """True when ``scheduler`` asks for Dask (a name, an address or a ``distributed.Client``)."""
+    if scheduler is not None and type(scheduler).__name__ == "Client":
+        return True
+    return check_scheduler(scheduler) is not None
+
+
+_CLIENTS: dict[str, Any] = {}
+
+
+def _client(scheduler: Any):
+    """A ``distributed.Client`` for ``scheduler``; embedded clusters are kept for the process."""
+    if type(scheduler).__name__ == "Client":
+        return scheduler
+    spec = check_scheduler(scheduler)
+    client = _CLIENTS.get(spec)
+    if client is not None and client.status == "running":
+        return client
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ParameterError(f"scheduler={scheduler!r} needs Dask: pip install dask distributed "
+                             "(the book's extras install them)") from None
+    if spec.startswith("local"):
+        n = int(spec.split(":", 1)[1]) if ":" in spec else (os.cpu_count() or 1)
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(spec, timeout="20s")
+        except (OSError, TimeoutError) as err:
+            raise ParameterError(f"scheduler={spec!r}: no Dask scheduler answers there ({err})") from None
+    _CLIENTS[spec] = client
+    return client
+
+
+@atexit.register
+def _close_clients() -> None:
+    for client in list(_CLIENTS.values()):
+        cluster = client.cluster
+        try:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        except Exception:  # noqa: BLE001 (best effort at interpreter exit)
+            pass
+    _CLIENTS.clear()
+
+
+def _run_distributed(client, fn, todo: list[dict], name: str, retries: int, save) -> None:
+    """Submit every point, save each result as it arrives, then report the failed points."""
+    from distributed import as_completed
+
+    futures = {}
+    token = uuid.uuid4().hex[:8]  # one submission's keys: never shared with another sweep's tasks
+    for point in todo:
+        key = f"sweep-{name}-{_hash(_key(point))}-{token}"
+        futures[client.submit(_evaluate, fn, point, key=key, retries=retries, pure=False)] = point
+    failed: dict[str, str] = {}
+    try:
+        for future in as_completed(futures):
+            point = futures[future]
+            if future.status == "finished":
+                save(point, future.result())
+            else:
+                err = future.exception()
+                failed[_key(point)] = f"{type(err).__name__}: {err}".strip().splitlines()[0][:200]
+            future.release()
+    finally:
+        client.cancel([f for f in futures if f.status == "pending"])
+    if failed:
+        shown = "; ".join(f"{p} ({e})" for p, e in list(failed.items())[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        raise SweepError(
+            f"sweep {name}: {len(failed)} of {len(todo)} points failed after {retries} retries: "
+            f"{shown}{more}; the {len(todo) - len(failed)} others are saved, and running the sweep "
+            "again computes only the failed ones", failed)
+
+
+def _hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
