@@ -5,6 +5,7 @@ Commands::
     attnbook build [-p name=value ...]      execute changed chapters, then build the HTML
                   [--edition student]      (student: exercises without solutions, _build/student/html)
     attnbook run CHAPTER [-p name=value]    execute one chapter (e.g. -p profile=full -p seed=1)
+                 [--scheduler local]       its sweeps on Dask: local, local:N or tcp://host:port
     attnbook list                           every output slot, whether it is current and why not
     attnbook sync                           rewrite the outputless chapters/*.ipynb from chapters/*.md
     attnbook clean [--stale]                remove executed chapters, caches and the built site
@@ -64,6 +65,10 @@ TABLE = EXECUTED / "execution-table.md"
 CELL_TIMEOUT = {"quick": 900, "full": None}
 #: Parameters every chapter has; their checks live in :mod:`attnlib._runtime`.
 COMMON = ("profile", "device", "seed")
+#: Parameters that choose how a chapter executes, not what it computes: they are checked, passed
+#: to the chapter, and left out of the output slot's name and the cache key (a run on a Dask
+#: cluster fills the same slot, and resumes the same sweep checkpoints, as a serial run).
+EXECUTION_ONLY = ("scheduler",)
 
 
 class BuildError(RuntimeError):
@@ -271,7 +276,9 @@ def parse_parameters(pairs: list[str] | None, schema: dict[str, Parameter] | Non
         name = name.strip()
         if not sep or not name:
             raise ParameterError(f"parameter {pair!r} must be written name=value")
-        if schema is not None and name in schema:
+        if name in EXECUTION_ONLY:  # a plain word or address: scheduler=local, scheduler=tcp://h:1
+            out[name] = raw.strip()
+        elif schema is not None and name in schema:
             out[name] = _convert(name, raw, schema[name].default)
         else:
             try:
@@ -360,6 +367,10 @@ def validate_parameters(chapter: str, params: dict, defaults: dict, nb=None) -> 
     for name, value in params.items():
         if name not in COMMON:
             merged[name] = _check_type(name, value, defaults[name])
+    if "scheduler" in merged:
+        from ._sweep import check_scheduler
+
+        check_scheduler(merged["scheduler"])
     if nb is not None:
         for check in chapter_checks(chapter, nb):
             check(dict(merged))
@@ -544,7 +555,7 @@ def key_inputs(chapter: str, params: dict, nb=None) -> dict:
         "code": code_hashes(chapter, nb),
         "pins": _pins_hash(),
         "device": device_label(params.get("device", "auto")),
-        "params": _canonical(params),
+        "params": _canonical({k: v for k, v in params.items() if k not in EXECUTION_ONLY}),
     }
 
 
@@ -561,10 +572,13 @@ def slot_name(chapter: str, params: dict, defaults: dict) -> str:
     """``<chapter>`` for the default parameters, else ``<chapter>@<name>=<value>,...``.
 
     Values that are not short plain words (dicts, lists, long strings) are named by a hash.
+    :data:`EXECUTION_ONLY` parameters (``scheduler``) do not name a slot.
     """
     parts = []
     for name in sorted(params):
         value = params[name]
+        if name in EXECUTION_ONLY:
+            continue
         if name in defaults and value == defaults[name] and type(value) is type(defaults[name]):
             continue
         text = str(value)
@@ -823,11 +837,30 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
     if not force and is_current(chapter, key, _load_records(), slot):
         log(f"  {slot}: unchanged (cache key {key}), not executed")
         return _load_records()[slot] | {"executed": False, "slot": slot}
+    _check_scheduler_answers(merged.get("scheduler"))
     with Lock(f"slot-{slot}", f"an execution of {slot}", wait=wait, log=log):
         if not force and is_current(chapter, key, _load_records(), slot):
             log(f"  {slot}: executed meanwhile by another process (cache key {key})")
             return _load_records()[slot] | {"executed": False, "slot": slot}
         return _execute(chapter, nb, merged, slot, inputs, key, log)
+
+
+def _check_scheduler_answers(scheduler, timeout_s: float = 5.0) -> None:
+    """A scheduler address must accept a connection before a kernel starts (ParameterError)."""
+    import socket
+
+    from ._sweep import check_scheduler
+
+    spec = check_scheduler(scheduler)
+    if spec is None or spec.startswith("local"):
+        return
+    host, _, port = spec.split("://", 1)[1].rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ParameterError(f"scheduler={spec!r}: no Dask scheduler answers there "
+                             f"({type(err).__name__}: {err}); start one (`dask scheduler`) or "
+                             "choose 'serial' or 'local'") from None
 
 
 def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
@@ -1225,6 +1258,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="stop at once if the same slot is being executed")
     p_run.add_argument("-v", "--verbose", action="store_true",
                        help="on failure print the failing cell and its traceback too")
+    p_run.add_argument("--scheduler", metavar="WHERE",
+                       help="where the chapter's sweeps run: serial (default), local (a Dask "
+                            "LocalCluster on this machine), local:N, or tcp://host:port")
     sub.add_parser("list", help="every output slot, whether it is current and why not")
     sub.add_parser("sync", help="write outputless chapters/*.ipynb from chapters/*.md")
     p_clean = sub.add_parser("clean", help="remove executed chapters, caches and the site")
@@ -1237,8 +1273,10 @@ def main(argv: list[str] | None = None) -> int:
             build(_cli_params(toc_chapters(), args.param), force=args.force,
                   site=not args.no_site, wait=not args.no_wait, edition=args.edition)
         elif args.command == "run":
-            execute_chapter(args.chapter, _cli_params([args.chapter], args.param), force=args.force,
-                            wait=not args.no_wait)
+            params = _cli_params([args.chapter], args.param)
+            if args.scheduler is not None:
+                params["scheduler"] = args.scheduler
+            execute_chapter(args.chapter, params, force=args.force, wait=not args.no_wait)
         elif args.command == "list":
             list_slots()
         elif args.command == "sync":
