@@ -179,3 +179,75 @@ def test_interrupted_driver_resumes_from_the_checkpoint(client, tmp_path):
     assert sorted(again) == sorted(set(range(16)) - first)
     assert df.sq.tolist() == [i * i for i in range(16)]
     assert sorted(entry["point"]["i"] for entry in _lines(path)) == list(range(16))
+
+
+# ---- the chapter parameter and `attnbook run --scheduler` --------------------------------------
+CHAPTER = """\
+---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+# Tiny, on Dask
+
+```{code-cell} python
+:tags: [parameters]
+profile = "quick"
+device = "cpu"
+seed = 0
+scheduler = "serial"
+```
+
+```{code-cell} python
+import os
+
+import attnlib as al
+
+run = al.start_chapter("99-dask", profile=profile, device=device, seed=seed, quiet=True)
+
+
+def point(i):  # defined in the notebook: sent to the workers by value
+    return {"sq": i * i, "pid": os.getpid()}
+
+
+res = al.sweep(point, [{"i": i} for i in range(6)], "squares", run=run, scheduler=scheduler)
+run.record(total=int(res.sq.sum()), in_kernel=int((res.pid == os.getpid()).sum()))
+run.write_summary()
+```
+"""
+
+
+@pytest.fixture
+def dask_book(tmp_path, monkeypatch):
+    from attnlib import book
+
+    root = tmp_path / "root"
+    (root / "chapters").mkdir(parents=True)
+    (root / "chapters" / "99-dask.md").write_text(CHAPTER)
+    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: chapters/99-dask\n")
+    for name, value in {
+        "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
+        "CACHE": root / "book" / "_cache", "BUILD": root / "_build",
+        "RECORDS": root / "book" / "_cache" / "executions.json",
+        "TABLE": root / "book" / "chapters" / "execution-table.md",
+    }.items():
+        monkeypatch.setattr(book, name, value)
+    return book
+
+
+def test_chapter_sweeps_run_on_the_scheduler_given_on_the_command_line(client, dask_book, capsys):
+    book = dask_book
+    assert book.main(["run", "99-dask", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Dask scheduler answers there" in err[0]
+    assert book.main(["run", "99-dask", "-p", "scheduler=nowhere"]) == 2
+    assert "scheduler='nowhere' is not one of" in capsys.readouterr().err
+
+    assert book.main(["run", "99-dask", "--scheduler", client.scheduler.address]) == 0
+    summary = json.loads(book.slot_paths("99-dask", "99-dask")[1].read_text())
+    assert summary["total"] == sum(i * i for i in range(6))
+    assert summary["in_kernel"] == 0  # every point ran on a worker, none in the chapter's kernel
+    # the scheduler names no slot and is not in the cache key: a serial run finds the slot current
+    capsys.readouterr()
+    assert book.main(["run", "99-dask"]) == 0
+    assert "unchanged" in capsys.readouterr().out
