@@ -14,7 +14,7 @@ One module per model, named after it:
 from . import attention, dotattn, glyphs, mha, paths, plotting, random_qk
 from ._runtime import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from ._store import load_result, provenance, save_result, stored_or_compute
-from ._sweep import sweep
+from ._sweep import SweepError, sweep
 from ._validation import ParameterError, check_choice, check_float, check_int
 
 __version__ = "0.1.0"
@@ -32,6 +32,7 @@ __all__ = [
     "PROFILES",
     "ParameterError",
     "Run",
+    "SweepError",
     "check_choice",
     "check_float",
     "check_int",
