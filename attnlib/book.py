@@ -1210,13 +1210,19 @@ def clean(stale: bool = False, log=print) -> None:
 
 
 def sync(log=print) -> list[Path]:
-    """Write ``chapters/<id>.ipynb`` (no outputs) from each ``chapters/<id>.md``."""
+    """Write ``chapters/<id>.ipynb`` (no outputs) from each ``chapters/<id>.md``.
+
+    Each notebook runs and reads in plain Jupyter or Colab (:func:`attnlib._colab.twin_notebook`:
+    install cell, macros, MyST roles and blocks as Markdown).
+    """
     import jupytext
+
+    from . import _colab
 
     written = []
     for md in sorted(CHAPTERS.glob("*.md")):
         target = md.with_suffix(".ipynb")
-        nb = jupytext.read(md)
+        nb = _colab.twin_notebook(ROOT, md.stem, jupytext.read(md))
         for i, cell in enumerate(nb.cells):
             cell.id = f"cell-{i:03d}"  # stable ids: re-syncing an unchanged chapter changes nothing
         jupytext.write(nb, target, fmt="ipynb")
