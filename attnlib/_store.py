@@ -2,11 +2,12 @@
 
 Paper-scale (``full`` profile) results live in ``results/<chapter>/<name>.csv`` with
 ``<name>.provenance.json`` next to them; a ``full`` build loads them unless asked to recompute.
-The record holds the table's SHA-256 and the hash of the attnlib code that produced it, and is
-sealed by a hash of its own contents: a table or record edited by hand is refused with a message
-naming the file; a table produced by older code is loaded with a visible note
-(``df.attrs["note"]``, for the figure caption, and the chapter summary's ``stored_results``, for
-the reproducibility page).
+The record holds the table's SHA-256 and the hashes of the attnlib code that produced it (the
+modules the chapter uses: its model module and the shared machinery, ``code``; and the whole
+package, ``code_hash``), and is sealed by a hash of its own contents: a table or record edited by
+hand is refused with a message naming the file; a table produced by older code is loaded with a
+visible note (``df.attrs["note"]``, for the figure caption, and the chapter summary's
+``stored_results``, for the reproducibility page). :func:`audit` lists every stored result.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ._runtime import Run, _jsonable, device_name, git_commit, source_hash
+from ._runtime import Run, _jsonable, device_name, git_commit, module_hash, source_hash
+from ._validation import ParameterError
 
 __all__ = [
     "RESULTS_DIR",
     "StoredResultError",
+    "audit",
+    "audit_table",
+    "code_changes",
     "provenance",
     "save_result",
     "load_result",
@@ -37,6 +42,9 @@ __all__ = [
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+#: What every provenance record must hold for the audit to read it.
+REQUIRED = ("chapter", "profile", "params", "git_commit", "code_hash", "device", "device_name",
+            "wall_s", "date", "sha256", "record_sha256")
 
 
 class StoredResultError(RuntimeError):
@@ -59,8 +67,39 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _chapter_code(chapter: str) -> dict[str, str]:
+    """``{"attnlib/<module>.py": code hash}`` of the modules chapter ``chapter`` uses ({} if unknown)."""
+    from . import book
+
+    try:
+        return book.code_hashes(chapter)
+    except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError):
+        return {}
+
+
+def code_changes(record: Mapping[str, Any]) -> list[str]:
+    """The attnlib modules changed since ``record``'s result was produced (empty: unchanged).
+
+    Compares the recorded per-module hashes (``code``: the modules the chapter used, hashed by
+    :func:`~attnlib._runtime.module_hash`) with the files now; a record without them is compared
+    by the hash of the whole package (``code_hash``).
+    """
+    code = record.get("code")
+    if isinstance(code, dict) and code:
+        root = Path(__file__).resolve().parent.parent
+        changed = []
+        for rel, digest in sorted(code.items()):
+            path = root / rel
+            if not path.exists():
+                changed.append(f"{rel} (removed)")
+            elif module_hash(path)[: len(str(digest))] != digest:
+                changed.append(rel)
+        return changed
+    return [] if record.get("code_hash") == source_hash() else ["attnlib (whole-package hash)"]
+
+
 def provenance(run: Run, params: Mapping[str, Any], wall_s: float) -> dict:
-    """Who computed a result, where and how: versions, commit, code hash, device, parameters."""
+    """Who computed a result, where and how: versions, commit, code hashes, device, parameters."""
     from . import __version__
 
     return {
@@ -71,6 +110,7 @@ def provenance(run: Run, params: Mapping[str, Any], wall_s: float) -> dict:
         "attnlib_version": __version__,
         "git_commit": git_commit(),
         "code_hash": source_hash(),
+        "code": _chapter_code(run.chapter),
         "torch_version": torch.__version__,
         "device": run.device.type,
         "device_name": device_name(run.device),
@@ -127,8 +167,9 @@ def result_note(record: Mapping[str, Any], stale: bool) -> str:
     where = f"{record.get('device_name', '?')}, {record.get('date', '?')}"
     note = f"Paper-scale run loaded from results/ ({where})."
     if stale:
-        note += (" It was produced by older code (attnlib code "
-                 f"{str(record.get('code_hash', '?'))[:8]}, now {source_hash()[:8]}); "
+        changed = code_changes(record)
+        what = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        note += (f" It was produced by older code ({what or 'attnlib'} changed since); "
                  "run with recompute=True to refresh it.")
     return note
 
@@ -161,7 +202,7 @@ def stored_or_compute(
     if run.profile == "full" and not recompute and path.exists():
         df, record = load_result(path)
         if record.get("params") == wanted:
-            stale = record.get("code_hash") != source_hash()
+            stale = bool(code_changes(record))
             note = result_note(record, stale)
             df.attrs["provenance"] = dict(record, stored=True, stale=stale)
             df.attrs["note"] = note
@@ -179,3 +220,55 @@ def stored_or_compute(
     df.attrs["note"] = ""
     stored_entries[name] = {"stored": False, "stale": False, "note": ""}
     return df
+
+
+def audit(results_dir: str | Path | None = None) -> list[dict]:
+    """Every stored result under ``results_dir`` (default: the store), verified, one dict each.
+
+    Each row: ``result`` (``<chapter>/<name>``), ``rows``, ``profile``, ``commit``, ``date``,
+    ``device``, ``wall_s``, ``code`` (``"unchanged"`` or the modules changed since) and
+    ``error`` (``None``, or why the table or its record cannot be trusted: missing, unreadable,
+    edited, lacking a field). Staleness is reported, never an error.
+    """
+    if results_dir is None:
+        results_dir = os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR
+    root = Path(results_dir)
+    if not root.exists():
+        return []
+    stems = {p.with_name(p.name[: -len(".provenance.json")]) for p in root.rglob("*.provenance.json")}
+    stems |= {p.with_suffix("") for p in root.rglob("*.csv")}
+    rows = []
+    for stem in sorted(stems):
+        csv = stem.with_name(stem.name + ".csv")
+        row: dict[str, Any] = {"result": stem.relative_to(root).as_posix(), "rows": None,
+                               "profile": "?", "commit": "?", "date": "?", "device": "?",
+                               "wall_s": None, "code": "?", "error": None}
+        try:
+            if not csv.exists():
+                raise StoredResultError(f"{_show(csv)} is missing (only its provenance record is stored)")
+            df, record = load_result(csv)
+            missing = [k for k in REQUIRED if k not in record]
+            if missing:
+                raise StoredResultError(f"{_show(csv.with_suffix('.provenance.json'))} lacks {missing}")
+            changed = code_changes(record)
+            row.update(rows=len(df), profile=record["profile"], commit=str(record["git_commit"])[:12],
+                       date=record["date"], device=record["device_name"], wall_s=record["wall_s"],
+                       code="unchanged" if not changed else "changed: " + ", ".join(changed))
+        except (StoredResultError, OSError, ValueError, pd.errors.ParserError) as err:
+            row["error"] = str(err).splitlines()[0] if str(err) else type(err).__name__
+        rows.append(row)
+    return rows
+
+
+def audit_table(rows: list[dict]) -> str:
+    """Markdown table of :func:`audit` rows (the reproducibility page and ``attnbook audit``)."""
+    if not rows:
+        return "No paper-scale result is stored in `results/` yet.\n"
+    out = ["| result | rows | profile | commit | date | device | wall time (s) | code since |",
+           "| --- | ---: | --- | --- | --- | --- | ---: | --- |"]
+    for r in rows:
+        wall = f"{r['wall_s']:.1f}" if isinstance(r["wall_s"], int | float) else "?"
+        code = f"**unreadable**: {r['error']}" if r["error"] else r["code"]
+        out.append(f"| `{r['result']}` | {r['rows'] if r['rows'] is not None else '?'} | {r['profile']} | "
+                   f"`{r['commit']}` | {r['date']} | {r['device']} | {wall} | {code} |")
+    return "\n".join(out) + "\n"

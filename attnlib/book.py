@@ -7,6 +7,8 @@ Commands::
     attnbook run CHAPTER [-p name=value]    execute one chapter (e.g. -p profile=full -p seed=1)
                  [--scheduler local]       its sweeps on Dask: local, local:N or tcp://host:port
     attnbook list                           every output slot, whether it is current and why not
+    attnbook audit [--results DIR]          every stored result in results/: commit, date, device,
+                                            wall time, code changed since; exit 1 if one is unreadable
     attnbook sync                           rewrite the outputless chapters/*.ipynb from chapters/*.md
     attnbook clean [--stale]                remove executed chapters, caches and the built site
                                             (--stale: only checkpoints and leftovers no run needs)
@@ -1044,7 +1046,38 @@ def stage_site(chapters: list[str], slots: dict[str, str] | None = None,
             raise BuildError(f"{_rel(notebook)} is missing: execute it first (`attnbook run {chapter}`)")
         shutil.copy2(notebook, src / "chapters" / f"{chapter}.ipynb")
     _edition.stage(src, chapters, _load_records(report=False), slots, edition)
+    _atomic_write(src / AUDIT, audit_markdown())
     return src
+
+
+#: The audit of the result store, staged for the reproducibility page (relative to the staging tree).
+AUDIT = Path("book") / "_generated" / "results-audit.md"
+
+
+def audit_markdown(results_dir: str | Path | None = None) -> str:
+    """The table of :func:`attnlib._store.audit` as markdown, for the reproducibility page."""
+    from ._store import audit, audit_table
+
+    return audit_table(audit(results_dir))
+
+
+def audit_command(results_dir: str | None = None, log=print) -> int:
+    """``attnbook audit``: print the table; 1 when a record is malformed or unreadable, else 0."""
+    from ._store import RESULTS_DIR, audit, audit_table
+
+    root = Path(results_dir or os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR)
+    rows = audit(root)
+    log(f"stored results in {_rel(root)}: {len(rows)}")
+    log(audit_table(rows).rstrip("\n"))
+    bad = [r for r in rows if r["error"]]
+    stale = [r for r in rows if not r["error"] and r["code"] != "unchanged"]
+    if stale:
+        log(f"{len(stale)} produced by code that has changed since (recompute with -p recompute=true)")
+    if bad:
+        for r in bad:
+            print(f"error: {r['result']}: {r['error']}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = None,
@@ -1269,6 +1302,9 @@ def main(argv: list[str] | None = None) -> int:
                             "LocalCluster on this machine), local:N, or tcp://host:port")
     sub.add_parser("list", help="every output slot, whether it is current and why not")
     sub.add_parser("sync", help="write outputless chapters/*.ipynb from chapters/*.md")
+    p_audit = sub.add_parser("audit", help="every stored result: commit, date, device, wall time, "
+                                           "whether its code changed since")
+    p_audit.add_argument("--results", metavar="DIR", help="the result store (default: results/)")
     p_clean = sub.add_parser("clean", help="remove executed chapters, caches and the site")
     p_clean.add_argument("--stale", action="store_true",
                          help="remove only old sweep checkpoints and leftovers of ended runs")
@@ -1287,6 +1323,8 @@ def main(argv: list[str] | None = None) -> int:
             list_slots()
         elif args.command == "sync":
             sync()
+        elif args.command == "audit":
+            return audit_command(args.results)
         elif args.command == "clean":
             clean(stale=args.stale)
     except ParameterError as err:

@@ -1,0 +1,91 @@
+"""`attnbook audit`: every stored result listed with its provenance; a bad record fails it.
+
+The committed store (``results/``) must audit clean (staleness is reported, not an error); a
+corrupted copy of a store must make the command exit 1 naming each bad file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+import attnlib as al
+from attnlib import _store, book
+
+
+def _store_one(root, chapter="03-positional-semantic", name="table"):
+    """A result stored as a chapter's full run stores it (record with per-module code hashes)."""
+    run = al.start_chapter(chapter, profile="full", device="cpu", quiet=True)
+    df = pd.DataFrame({"alpha": [0.5, 1.0], "eps_g": [0.25, 0.125]})
+    _store.save_result(df, root / chapter / f"{name}.csv", _store.provenance(run, {"n": 2}, 1.5))
+    return root / chapter / f"{name}.csv"
+
+
+def test_committed_results_audit_clean(capsys):
+    assert book.main(["audit"]) == 0
+    out = capsys.readouterr().out
+    rows = _store.audit(_store.RESULTS_DIR)
+    stored = sorted(_store.RESULTS_DIR.rglob("*.csv")) if _store.RESULTS_DIR.exists() else []
+    assert len(rows) == len(stored)
+    for row in rows:
+        assert row["error"] is None, row
+        assert f"`{row['result']}`" in out and row["rows"] > 0
+        assert row["code"] == "unchanged" or row["code"].startswith("changed: attnlib/")
+    if not stored:
+        assert "No paper-scale result is stored" in out
+
+
+def test_provenance_records_the_modules_the_chapter_uses(tmp_path):
+    csv = _store_one(tmp_path)
+    record = json.loads(csv.with_suffix(".provenance.json").read_text())
+    assert "attnlib/_store.py" in record["code"] and any(m.startswith("attnlib/dotattn/")
+                                                        for m in record["code"])
+    assert _store.code_changes(record) == []
+    [row] = _store.audit(tmp_path)
+    assert row["result"] == "03-positional-semantic/table" and row["rows"] == 2
+    assert row["code"] == "unchanged" and row["wall_s"] == 1.5 and row["error"] is None
+
+
+def test_changed_code_is_reported_not_an_error(tmp_path, capsys):
+    csv = _store_one(tmp_path)
+    meta = csv.with_suffix(".provenance.json")
+    record = json.loads(meta.read_text())
+    record["code"]["attnlib/_store.py"] = "0" * 16  # produced by another version of the module
+    meta.write_text(json.dumps(_store._seal(record), indent=2))
+    assert book.main(["audit", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "changed: attnlib/_store.py" in out and "1 produced by code that has changed" in out
+
+
+@pytest.mark.parametrize("damage", ["edited-table", "truncated-record", "missing-field", "orphan-record"])
+def test_corrupted_copy_fails_the_audit_naming_the_file(tmp_path, capsys, damage):
+    store = tmp_path / "results"
+    if _store.RESULTS_DIR.exists() and any(_store.RESULTS_DIR.rglob("*.csv")):
+        shutil.copytree(_store.RESULTS_DIR, store)  # a copy of the committed results
+    csv = _store_one(store, name="zz-damaged")
+    meta = csv.with_suffix(".provenance.json")
+    if damage == "edited-table":
+        csv.write_text(csv.read_text().replace("0.125", "0.126"))
+        reason = "does not match the checksum"
+    elif damage == "truncated-record":
+        meta.write_text(meta.read_text()[:40])
+        reason = "missing or unreadable"
+    elif damage == "missing-field":
+        record = json.loads(meta.read_text())
+        del record["device_name"]
+        meta.write_text(json.dumps(_store._seal(record)))
+        reason = "lacks ['device_name']"
+    else:
+        csv.unlink()
+        reason = "is missing"
+    assert book.main(["audit", "--results", str(store)]) == 1
+    captured = capsys.readouterr()
+    errors = captured.err.strip().splitlines()
+    assert len(errors) == 1 and "zz-damaged" in errors[0] and reason in errors[0], errors
+    assert "**unreadable**" in captured.out
+    # every other (intact) result is still listed as readable
+    rows = _store.audit(store)
+    assert [r["result"] for r in rows if r["error"]] == ["03-positional-semantic/zz-damaged"]
