@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: book test lint clean clean-stale
+.PHONY: book test test-colab pdf lint clean clean-stale
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,17 @@ book: $(STAMP)
 test: book
 	$(BIN)/ruff check attnlib tests benchmarks
 	$(BIN)/python -m pytest
+
+## every chapter notebook (chapters/*.ipynb) executed in a fresh venv from attnlib's wheel, the way
+## Colab runs it (the whole quick profile of each chapter; `make test` runs chapter 0 only)
+test-colab: $(STAMP)
+	ATTNBOOK_TEST_COLAB=all $(BIN)/python -m pytest tests/test_colab.py
+
+## the book as a PDF through Jupyter Book's LaTeX builder (needs TeX Live with latexmk and
+## xelatex; not part of CI, not tried on a machine without TeX): the PDF lands in _build/pdf/_build/latex/
+pdf: book
+	$(BIN)/python -c "from attnlib.book import stage_site, toc_chapters; stage_site(toc_chapters())"
+	$(BIN)/jupyter-book build _build/src --path-output _build/pdf --builder pdflatex
 
 lint: $(STAMP)
 	$(BIN)/ruff check attnlib tests benchmarks

@@ -162,3 +162,14 @@ def test_raw_repr_detector_catches_what_was_found():
     assert _raw_dumps(page("<p>" + repr({f"key_{i}": i / 7 for i in range(8)}) + "</p>"))
     assert not _raw_dumps(page("<p>agreement within 3.2 % (max |ours - SDPA| = 5.6e-16)</p>"))
     assert not _raw_dumps(page("<table><tr><td>0.667</td></tr></table>"))
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_figure_images_have_their_caption_as_alt_text(html_dir, chapter):
+    soup = _soup(html_dir, f"chapters/{chapter}")
+    for fig in soup.select("figure"):
+        caption = " ".join(fig.select_one("figcaption").get_text(" ").split())
+        for img in fig.find_all("img"):
+            alt = img.get("alt", "")
+            assert not re.search(r"\.(svg|png|jpe?g)$", alt), f"{chapter}: alt text is a file name: {alt}"
+            assert alt and alt.split()[-1].strip(".") in caption, f"{chapter}: alt {alt[:60]!r}"

@@ -11,6 +11,9 @@ reader writes it.
 pydata-sphinx-theme reads the colour mode from the template variable ``default_mode``, which
 Jupyter Book leaves empty, so every page logged "Got invalid theme mode" to the console; it is
 set to ``auto`` (follow the reader's system setting).
+
+Each figure's image gets its caption as alt text (Sphinx would write the file name), and the
+top bar no longer repeats the sidebar's search field.
 """
 
 from __future__ import annotations
@@ -48,6 +51,27 @@ def _glued_exponents(app, doctree, docname):
             node += nodes.superscript(exponent, exponent)
 
 
+def _alt_from_caption(app, doctree, docname):
+    """Every image of a numbered figure gets its caption as alt text (the HTML writer would
+    otherwise use the image's file name)."""
+    for figure in doctree.findall(nodes.figure):
+        caption = next(iter(figure.findall(nodes.caption)), None)
+        if caption is None:
+            continue
+        text = " ".join(caption.astext().split())
+        for image in figure.findall(nodes.image):
+            alt = image.get("alt", "")
+            if not alt or alt == image.get("uri") or re.search(r"\.(svg|png|jpe?g|pdf)$", alt):
+                image["alt"] = text
+
+
+def _one_search_box(app, config):
+    """The book theme has a search field in the sidebar; pydata's top bar added a second one."""
+    options = dict(config.html_theme_options or {})
+    options.setdefault("navbar_persistent", [])
+    config.html_theme_options = options
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
     # pydata-sphinx-theme reads the colour mode from ``default_mode``, which Jupyter Book leaves
     # empty: every page then logged "Got invalid theme mode" to the console.
@@ -67,6 +91,8 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
+    app.connect("config-inited", _one_search_box)
     app.connect("html-page-context", _dedupe_scripts)
     app.connect("doctree-resolved", _glued_exponents)
+    app.connect("doctree-resolved", _alt_from_caption)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
