@@ -1284,6 +1284,9 @@ def main(argv: list[str] | None = None) -> int:
     p_build.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")
     p_build.add_argument("--force", action="store_true", help="re-execute every chapter")
     p_build.add_argument("--no-site", action="store_true", help="execute only, skip the HTML")
+    p_build.add_argument("--scheduler", metavar="WHERE",
+                         help="where the chapters' sweeps run: serial (default), local, local:N or "
+                              "tcp://host:port (Dask)")
     p_build.add_argument("--edition", choices=_edition.EDITIONS, default="instructor",
                          help="instructor (default): solutions folded under each exercise, in "
                               "_build/html; student: exercises without solutions, in _build/student/html")
@@ -1312,7 +1315,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         if args.command == "build":
-            build(_cli_params(toc_chapters(), args.param), force=args.force,
+            params = _cli_params(toc_chapters(), args.param)
+            if args.scheduler is not None:
+                params["scheduler"] = args.scheduler
+            build(params, force=args.force,
                   site=not args.no_site, wait=not args.no_wait, edition=args.edition)
         elif args.command == "run":
             params = _cli_params([args.chapter], args.param)

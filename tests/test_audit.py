@@ -89,3 +89,16 @@ def test_corrupted_copy_fails_the_audit_naming_the_file(tmp_path, capsys, damage
     # every other (intact) result is still listed as readable
     rows = _store.audit(store)
     assert [r["result"] for r in rows if r["error"]] == ["03-positional-semantic/zz-damaged"]
+
+
+@pytest.mark.book
+def test_reproducibility_page_shows_the_audit_and_the_cost_table(html_dir):
+    from bs4 import BeautifulSoup
+
+    text = BeautifulSoup((html_dir / "book" / "reproducibility.html").read_text(), "html.parser").get_text()
+    rows = _store.audit(_store.RESULTS_DIR)
+    if rows:
+        assert all(row["result"] in text for row in rows)
+    else:
+        assert "No paper-scale result is stored" in text
+    assert "estimated CPU time (1 core)" in text and "kernel-curves" in text and "gd-phase" in text
