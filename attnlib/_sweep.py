@@ -293,8 +293,11 @@ def _run_distributed(client, fn, todo: list[dict], name: str, retries: int, save
             point = futures[future]
             if future.status == "finished":
                 save(point, future.result())
-            else:
-                err = future.exception()
+            else:  # "error" after the retries, or "cancelled" by the scheduler
+                try:
+                    err = future.exception()
+                except Exception as cancelled:  # FutureCancelledError: a cancelled future raises it
+                    err = cancelled
                 failed[_key(point)] = f"{type(err).__name__}: {err}".strip().splitlines()[0][:200]
             future.release()
     finally:
