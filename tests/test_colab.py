@@ -106,3 +106,33 @@ def test_outputless_notebook_runs_in_a_fresh_environment(fresh_env, tmp_path, ch
     where = _run([str(python), "-c", "import attnlib; print(attnlib.__file__)"], cwd=work).stdout
     assert str(python.parent.parent) in where, f"attnlib came from {where}, not the installed wheel"
     assert (work / f"{chapter}.summary.json").exists()
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_notebook_markdown_is_plain_jupyter(chapter):
+    """No MyST role, directive, label target or book macro is left in the notebook's Markdown."""
+    import re
+
+    nb = json.loads((ROOT / "chapters" / f"{chapter}.ipynb").read_text())
+    text = "\n".join("".join(c["source"]) for c in nb["cells"][3:] if c["cell_type"] == "markdown")
+    assert not re.findall(r"\{[a-z]+(?::[a-z]+)?\}`[^`]*`", text)
+    assert not re.findall(r"^`{3,}\{", text, re.M)
+    assert not re.findall(r"^\([\w-]+\)=\s*$", text, re.M)
+    for macro in _colab.macros(ROOT):
+        assert not re.search(rf"\\{macro}(?![A-Za-z])", text), f"\\{macro} left in the text"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_notebook_numbers_are_the_pages_numbers(html_dir, chapter):
+    """Equation and figure numbers written into the notebook are those of the chapter's page."""
+    import re
+
+    html = (html_dir / "chapters" / f"{chapter}.html").read_text()
+    labels = _colab._labels(ROOT)
+    equations = re.findall(r'id="equation-([\w-]+)">\s*<span class="eqno">\(([\d.]+)\)', html)
+    figures = re.findall(r'<figure[^>]*id="([\w-]+)"[^>]*>.*?<span class="caption-number">Fig\. ([\d.]+) ',
+                         html, re.S)
+    assert equations or figures
+    assert {k: labels["eq"].get(k) for k, _ in equations} == dict(equations)
+    assert {k: labels["fig"].get(k) for k, _ in figures} == dict(figures)
