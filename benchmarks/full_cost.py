@@ -1,0 +1,365 @@
+"""What the `full` profile of each chapter costs on a CPU: probes at full size, scaled.
+
+No full sweep is run. Each probe times one point (or a few steps) of a chapter's `full` sweep at
+its full sizes, single-threaded, in CPU seconds (``time.process_time``: on a shared machine CPU
+time is steadier than wall time). A probe that would take too long on this CPU is run at two
+smaller sizes of its dominant dimension; the growth between them gives the exponent used to
+extrapolate to the full size. Tables whose per-point cost was already measured by a committed
+benchmark (chapter 3's theory solver, chapter 4's solvers and sampler) take it from
+``benchmarks/results/``; the remaining tables are scaled from the measured ``quick`` run
+(per-point wall time in the quick build's sweep checkpoints) by the ratio of their sizes.
+
+    .venv/bin/python benchmarks/full_cost.py probe ch1-curves ch1-mc ch1-heads ch3-gd
+    .venv/bin/python benchmarks/full_cost.py report      # writes the JSON and the markdown table
+
+The report writes ``benchmarks/results/full_cost.json`` (every number, its basis and the
+provenance) and ``book/full-cost-table.md`` (the table the reproducibility page includes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results"
+PROBES = RESULTS / "full_cost_probes.json"
+OUT = RESULTS / "full_cost.json"
+TABLE = ROOT / "book" / "full-cost-table.md"
+
+
+def _cpu(fn, **kw) -> float:
+    t0 = time.process_time()
+    fn(**kw)
+    return time.process_time() - t0
+
+
+# ---- probes ------------------------------------------------------------------------------------
+def probe_ch1_curves() -> dict:
+    """Chapter 1 kernel learning curves (one seed, N = 8) at n_max = 1024, 2048, 4096."""
+    from attnlib import random_qk as rq
+
+    full = rq.PROFILES["full"]
+    out = {}
+    for n_max in (1024, 2048, 4096):
+        out[str(n_max)] = _cpu(rq.kernel_curves_point, d=full.d, N=8,
+                               n_list=[n for n in full.n_list if n <= n_max], n_val=full.n_val,
+                               n_test=full.n_test, seed=0, lambdas=list(full.lambdas))
+        print(f"ch1-curves n_max={n_max}: {out[str(n_max)]:.1f} CPU s", flush=True)
+    return {"cpu_s_by_n_max": out, "N": 8, "full_n_max": max(full.n_list)}
+
+
+def probe_ch1_mc() -> dict:
+    """Chapter 1 kernel Monte Carlo: the one full point."""
+    from attnlib import random_qk as rq
+
+    full = rq.PROFILES["full"]
+    s = _cpu(rq.kernel_mc_point, d=full.d, N=full.N, sequences=full.mc_sequences,
+             heads=list(full.mc_heads), repeats=full.mc_repeats, seed=0)
+    print(f"ch1-mc: {s:.1f} CPU s", flush=True)
+    return {"cpu_s": s}
+
+
+def probe_ch1_heads() -> dict:
+    """Chapter 1 heads sweep at n_max = 1024 with heads up to 2048 (cost ~ rows x n_max x M)."""
+    from attnlib import random_qk as rq
+
+    full = rq.PROFILES["full"]
+    heads = [m for m in full.heads_list if m <= 2048]
+    s = _cpu(rq.heads_sweep_point, d=full.d, N=full.N, n_list=[1024], n_val=full.n_val,
+             n_test=full.n_test, seed=0, lambdas=list(full.lambdas), heads_list=heads)
+    print(f"ch1-heads: {s:.1f} CPU s", flush=True)
+    return {"cpu_s": s, "n_max": 1024, "max_heads": 2048}
+
+
+def probe_ch1_brfa() -> dict:
+    """Chapter 1 RFA/BRFA learning curves (every bias, the full number of heads) at n_max = 1024,
+    and the crossing experiment at n_max = 800 (cost ~ rows x n_max x heads)."""
+    from attnlib import random_qk as rq
+
+    full = rq.PROFILES["full"]
+    brfa = _cpu(rq.heads_curves_point, d=full.d, N=full.N, n_list=[n for n in full.n_list if n <= 1024],
+                n_val=full.n_val, n_test=full.n_test, seed=0, lambdas=list(full.lambdas),
+                heads=full.heads, biases=list(full.bias_list))
+    print(f"ch1-brfa: {brfa:.1f} CPU s", flush=True)
+    cross = _cpu(rq.heads_curves_point, d=full.small_d, N=full.small_N,
+                 n_list=[n for n in full.small_n_list if n <= 800], n_val=full.n_val,
+                 n_test=full.n_test, seed=0, lambdas=list(full.lambdas), heads=full.heads,
+                 biases=[0.0, full.bias], targets=["geg2"])
+    print(f"ch1-crossing: {cross:.1f} CPU s", flush=True)
+    return {"brfa_cpu_s": brfa, "brfa_n_max": 1024, "crossing_cpu_s": cross, "crossing_n_max": 800}
+
+
+def probe_ch3_gd() -> dict:
+    """Chapter 3 GD at d = 1000: one alpha, the 25 omegas of the phase diagram, 4 seeds, both
+    initialisations, 5 and 15 steps (the difference is the cost of 10 steps)."""
+    from attnlib import dotattn as da
+
+    omegas = list(np.round(np.linspace(0.02, 0.5, 25), 4))
+    out = {}
+    for steps in (5, 15):
+        cfg = da.SimConfig(d=1000, n_seeds=4, steps=steps, n_test=1000)
+        out[str(steps)] = _cpu(da.train_attention, alphas=[1.0], omegas=omegas, config=cfg, seed=0,
+                               device="cpu")
+        print(f"ch3-gd steps={steps}: {out[str(steps)]:.1f} CPU s", flush=True)
+    return {"cpu_s_by_steps": out, "alpha": 1.0, "omegas": 25, "seeds": 4, "d": 1000}
+
+
+PROBE = {"ch1-curves": probe_ch1_curves, "ch1-mc": probe_ch1_mc, "ch1-heads": probe_ch1_heads,
+         "ch1-brfa": probe_ch1_brfa, "ch3-gd": probe_ch3_gd}
+
+
+# ---- the measured quick run --------------------------------------------------------------------
+def quick_sweeps() -> dict:
+    """Per-sweep wall time of the book's quick build (from its sweep checkpoints) and the chapters'
+    quick wall times, when the quick build's outputs are on this machine."""
+    records_path = ROOT / "book" / "_cache" / "executions.json"
+    out = {}
+    if not records_path.exists():
+        return out
+    for slot, rec in json.loads(records_path.read_text()).items():
+        if "@" in slot:
+            continue
+        folder = ROOT / "book" / "_cache" / "sweeps" / slot / str(rec.get("key"))
+        sweeps = {}
+        for path in sorted(folder.glob("*.jsonl")):
+            lines = [json.loads(ln) for ln in path.read_text().splitlines() if ln.endswith("}")]
+            sweeps[path.stem] = {"points": len(lines),
+                                 "wall_s": round(sum(e["rows"][0]["elapsed_s"] for e in lines), 2)}
+        out[slot] = {"wall_s": rec.get("wall_s"), "sweeps": sweeps}
+    return out
+
+
+# ---- estimates ---------------------------------------------------------------------------------
+def estimates(probes: dict, quick: dict) -> list[dict]:
+    """One row per table of the `full` profile: points, basis, estimated CPU seconds (one core)."""
+    from attnlib import mha
+    from attnlib import random_qk as rq
+
+    q1, f1 = rq.PROFILES["quick"], rq.PROFILES["full"]
+    q2, f2 = mha.PROFILES["quick"], mha.PROFILES["full"]
+    bench3 = json.loads((RESULTS / "bench_dotattn.json").read_text())
+    bench4 = json.loads((RESULTS / "bench_paths.json").read_text())
+    rows = []
+
+    def qs(chapter, sweep):
+        return quick.get(chapter, {}).get("sweeps", {}).get(sweep, {}).get("wall_s", float("nan"))
+
+    def row(chapter, table, points, basis, cpu_s, gpu, stored="no"):
+        rows.append({"chapter": chapter, "table": table, "points": points, "basis": basis,
+                     "cpu_s": None if cpu_s is None or math.isnan(cpu_s) else round(cpu_s), "gpu": gpu,
+                     "stored": stored})
+
+    # chapter 0: 49 score scales x 400 layers (quick: 25 x 24); cost per point ~ layers
+    row("00", "neff", 49, "quick sweep x (49/25 points) x (400/24 layers)",
+        qs("00-attention", "neff") * 49 / 25 * 400 / 24, "no (seconds)")
+
+    # chapter 1
+    c = probes.get("ch1-curves", {}).get("cpu_s_by_n_max", {})
+    if c:
+        p = math.log(c["4096"] / c["2048"], 2) if "4096" in c else math.log(c["2048"] / c["1024"], 2)
+        last = c.get("4096") or c["2048"]
+        n_last = 4096 if "4096" in c else 2048
+        t_full = last * (max(f1.n_list) / n_last) ** p
+        n_pts = len(f1.N_list) * f1.seeds
+        row("01", "kernel-curves", n_pts,
+            f"probe, one seed, N = 8, n_max 1024/2048/4096: {c['1024']:.0f}/{c['2048']:.0f}/"
+            f"{c.get('4096', float('nan')):.0f} CPU s, growth n^{p:.2f} to n = {max(f1.n_list)}: "
+            f"{t_full:.0f} s a point", t_full * n_pts, "yes (n x n eigendecompositions)")
+        row("01", "key-key", f1.seeds, "probe: RFA only at n <= 4096, about half the kernel-curves "
+            "point at n_max = 4096", f1.seeds * last / 2 * (4096 / n_last) ** p, "yes")
+        floor_growth = (max(f1.floor_n_list) / max(q1.floor_n_list)) ** p
+        row("01", "max-floor", f1.seeds, f"quick sweep x (n_max {max(f1.floor_n_list)}/"
+            f"{max(q1.floor_n_list)})^{p:.2f} x ({f1.seeds}/{q1.seeds} seeds)",
+            qs("01-random-features", "max-floor") * floor_growth * f1.seeds / q1.seeds, "yes")
+    if "ch1-mc" in probes:
+        row("01", "kernel-mc", 1, "probe: the full point", probes["ch1-mc"]["cpu_s"], "yes")
+    if "ch1-heads" in probes:
+        h = probes["ch1-heads"]
+        rows_full, rows_probe = max(f1.n_list) + f1.n_val + f1.n_test, h["n_max"] + f1.n_val + f1.n_test
+        scale = rows_full * max(f1.n_list) / (rows_probe * h["n_max"]) * max(f1.heads_list) / h["max_heads"]
+        row("01", "heads", f1.seeds, f"probe at n_max = {h['n_max']}, M <= {h['max_heads']}: "
+            f"{h['cpu_s']:.0f} CPU s, x{scale:.0f} (kernel accumulation ~ rows x n_max x M); the ridge "
+            f"solves at n = {max(f1.n_list)} come on top: a lower bound",
+            h["cpu_s"] * scale * f1.seeds, "yes (the finite-head kernel is one large matmul)")
+    if "ch1-brfa" in probes:
+        b = probes["ch1-brfa"]
+        other = f1.n_val + f1.n_test
+        sb = (max(f1.n_list) + other) * max(f1.n_list) / ((b["brfa_n_max"] + other) * b["brfa_n_max"])
+        row("01", "brfa", f1.brfa_seeds, f"probe at n_max = {b['brfa_n_max']}, every bias, "
+            f"{f1.heads} heads: {b['brfa_cpu_s']:.0f} CPU s, x{sb:.0f} (finite-head kernel ~ rows x "
+            "n_max); the ridge solves at the largest n come on top: a lower bound",
+            b["brfa_cpu_s"] * sb * f1.brfa_seeds, "yes (one large matmul per bias)")
+        sc = ((max(f1.small_n_list) + other) * max(f1.small_n_list)
+              / ((b["crossing_n_max"] + other) * b["crossing_n_max"]))
+        row("01", "crossing", f1.seeds, f"probe at n_max = {b['crossing_n_max']}: "
+            f"{b['crossing_cpu_s']:.0f} CPU s, x{sc:.0f} (rows x n_max): a lower bound",
+            b["crossing_cpu_s"] * sc * f1.seeds, "yes")
+    s2r = ((len(f1.s2r_N_list) + len(f1.s2r_d_list)) / (len(q1.s2r_N_list) + len(q1.s2r_d_list))
+           * f1.seeds / q1.seeds * (f1.n_val + f1.n_test) / (q1.n_val + q1.n_test))
+    row("01", "samples-to-risk", "about 100", f"quick sweep x {s2r:.0f} (settings, seeds, validation "
+        "and test rows); the sample sizes follow the theory, larger at d = 12 and N = 32: a lower bound",
+        qs("01-random-features", "samples-to-risk") * s2r, "yes")
+
+    # chapter 2 (point functions defined in the chapter: scaled from the quick run)
+    n_abl = len(f2.ablation_heads) * f2.ablation_instances + len(f2.sharp_heads) * f2.sharp_instances
+    n_abl_q = len(q2.ablation_heads) * q2.ablation_instances + len(q2.sharp_heads) * q2.sharp_instances
+    fa = f2.n_ablation / q2.n_ablation
+    row("02", "ablation", n_abl, f"quick sweep per point x {fa:.0f} (examples) x {n_abl}/{n_abl_q} "
+        "points; m = 3 (not in quick) costs more: a lower bound",
+        qs("02-provable-mha", "ablation") / n_abl_q * fa * n_abl, "little (small tensors, many steps)")
+    n_hard = len(f2.hard_heads) * len(f2.hard_dims) + 1
+    n_hard_q = len(q2.hard_heads) * len(q2.hard_dims) + 1
+    fh = f2.adam_seeds / q2.adam_seeds * f2.adam_max_steps / q2.adam_max_steps
+    row("02", "hard", n_hard, f"quick sweep per point x {fh:.0f} (seeds x step cap; runs stop "
+        "earlier on a plateau: an upper bound)", qs("02-provable-mha", "hard") / n_hard_q * fh * n_hard,
+        "yes (batched Adam)")
+    row("02", "moments", 21, f"quick sweep x {f2.moment_samples // q2.moment_samples} (samples)",
+        qs("02-provable-mha", "moments") * f2.moment_samples / q2.moment_samples, "no (minutes)")
+    row("02", "regimes", 18, f"quick sweep x {f2.regime_samples // q2.regime_samples} (samples)",
+        qs("02-provable-mha", "regimes") * f2.regime_samples / q2.regime_samples, "no (minutes)")
+    n_lim = len(f2.limit_dims) * len(f2.limit_ks) * f2.limit_instances
+    n_lim_q = len(q2.limit_dims) * len(q2.limit_ks) * q2.limit_instances
+    fl = 2 ** (max(f2.limit_ks) * (max(f2.limit_dims) - max(q2.limit_dims)))
+    row("02", "limit", n_lim, f"quick sweep x {n_lim}/{n_lim_q} points x {fl} (2^(k d) inputs "
+        "enumerated at the largest d): an upper bound",
+        qs("02-provable-mha", "limit") * n_lim / n_lim_q * fl, "no")
+
+    # chapter 3
+    per_theory = bench3["ours_cpu_s_per_point_single"]
+    n_grid = 25 * 25 * 2
+    row("03", "theory on the 25 x 25 (alpha, omega) grid, both branches", n_grid,
+        f"committed solver benchmark: {per_theory:.2f} CPU s a point (single)", n_grid * per_theory,
+        "no (scalar fixed points)", stored="no (the chapter solves slices of it)")
+    q3 = quick.get("03-positional-semantic", {})
+    rest3 = (q3.get("wall_s") or float("nan")) - sum(s["wall_s"] for s in q3.get("sweeps", {}).values())
+    row("03", "alpha-c, alpha-l tables (25 omegas)", 25,
+        "quick chapter time outside sweeps (theory: 12 omegas) x 25/12; the full bracketing "
+        "tolerance is half as wide: a lower bound", rest3 * 25 / 12, "no",
+        stored="yes (alpha-c, alpha-l)")
+    if "ch3-gd" in probes:
+        g = probes["ch3-gd"]["cpu_s_by_steps"]
+        per_step = (g["15"] - g["5"]) / 10  # 25 omegas, 4 seeds, 2 inits, alpha = 1, d = 1000
+        alphas = np.linspace(0.01, 2.0, 25)
+        steps = 5000
+        phase = per_step * steps * 24 / 4 * alphas.sum()  # cost per step ~ n = alpha d samples
+        row("03", "gd-phase (d = 1000, 25 x 25 grid, 24 seeds)", 25 * 25 * 2 * 24,
+            f"probe: 10 GD steps at d = 1000, alpha = 1, 25 omegas x 4 seeds x 2 inits: "
+            f"{per_step * 10:.1f} CPU s; x 5000 steps x 24/4 seeds x sum(alpha) (cost ~ alpha d "
+            "samples)", phase, "yes (dense d = 1000 products)", stored="yes")
+        row("03", "gd-omega03 (d = 1000, 25 alphas, 24 seeds)", 25 * 2 * 24,
+            "one omega of gd-phase", phase / 25, "yes", stored="yes")
+        ds = np.array([10, 15, 23, 36, 56, 87, 135, 209, 323, 500])
+        row("03", "gd-scaling (10 d <= 500, 70 seeds)", len(ds) * 70 * 2,
+            "gd-phase probe per omega and seed x (d/1000)^2 x 70 seeds, alpha = 1.5",
+            per_step / 25 / 4 * steps * 1.5 * 70 * float(((ds / 1000) ** 2).sum()), "yes",
+            stored="yes")
+    if "ch3-gd" in probes:
+        row("03", "gd-generic (d = 100 runs; alternative-A grid at d = 1000, 25 x 25, 24 seeds)", 4,
+            "gd-phase (the alternative-A grid has its sizes) + quick sweep x 140/8 seeds x "
+            "2500/1500 steps (the d = 100 runs)",
+            phase + qs("03-positional-semantic", "gd-generic") * 140 / 8 * 2500 / 1500, "yes",
+            stored="yes")
+    row("03", "histogram (trained attention layer)", 2, "quick sweep x 2.5 (sequences) x 2.5 "
+        "(epochs), batch 32 instead of 128: a lower bound",
+        qs("03-positional-semantic", "histogram") * 2.5 * 2.5, "yes")
+
+    # chapter 4
+    mk = bench4["markov"]
+    per_markov = mk["ours_cpu_s"] / len(mk["points"])
+    row("04", "hmc-theory (Markov task theory, 10 draws x 7 widths)", 70,
+        f"committed solver benchmark: {per_markov:.2f} CPU s a point", 70 * per_markov, "no")
+    row("04", "two-path", 70, "as hmc-theory", 70 * per_markov, "no")
+    hm = bench4["hmc"]
+    fh4 = (8 / hm["chains"]) * (1000 / (hm["warmup"] + hm["samples"])) * (30 / hm["leapfrog"])
+    row("04", "hmc-sampling (N = 10, 30, 100)", 3, f"committed HMC benchmark at N = 10: "
+        f"{hm['cpu_s']:.1f} CPU s, x {fh4:.0f} (chains, iterations, leapfrog steps) x sum(N)/10, "
+        "assuming cost ~ N", hm["cpu_s"] * fh4 * (10 + 30 + 100) / 10, "yes")
+    im = bench4["images"]
+    row("04", "glyphs-theory (10 widths x 10 temperatures)", im["n_grid"],
+        f"committed benchmark: {im['ours_cpu_s_per_point']:.0f} CPU s a point at P = {im['P']}",
+        im["ours_cpu_s_grid_estimated"], "yes")
+    row("04", "glyphs-pruning (8 seeds, 200 orders)", 8, "quick sweep x 8/3 seeds x 200/50 orders",
+        qs("04-attention-paths", "glyphs-pruning-seed0") * 8 / 3 * 4, "yes")
+    q4 = quick.get("04-attention-paths", {})
+    rest4 = (q4.get("wall_s") or float("nan")) - sum(s["wall_s"] for s in q4.get("sweeps", {}).values())
+    row("04", "image-task networks (8 seeds, width 512, 6000 steps)", 8,
+        "quick chapter time outside sweeps (mostly training) x 8 (width) x 4 (batch) x 3 (steps) x 8/3 "
+        "(seeds)", rest4 * 8 * 4 * 3 * 8 / 3, "yes (network training)")
+    return rows
+
+
+def _fmt_s(s) -> str:
+    if s is None:
+        return "?"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["| chapter | table | points | estimated CPU time (1 core) | basis | GPU worthwhile "
+             "| stored in `results/` |",
+             "| --- | --- | ---: | ---: | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['chapter']} | {r['table']} | {r['points']} | {_fmt_s(r['cpu_s'])} | "
+                     f"{r['basis']} | {r['gpu']} | {r['stored']} |")
+    by = {}
+    for r in rows:
+        by[r["chapter"]] = by.get(r["chapter"], 0) + (r["cpu_s"] or 0)
+    total = " · ".join(f"chapter {c}: {_fmt_s(s)}" for c, s in by.items())
+    lines += ["", f"Sum of the estimates per chapter: {total}. Probes measured on "
+              f"{meta['machine']} ({meta['cpu_count']} cores, shared with other jobs), one thread, "
+              f"{meta['date']}; `benchmarks/full_cost.py` (numbers and bases in "
+              "`benchmarks/results/full_cost.json`)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("probe")
+    p.add_argument("names", nargs="+", choices=sorted(PROBE))
+    sub.add_parser("report")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    probes = json.loads(PROBES.read_text()) if PROBES.exists() else {}
+    if args.cmd == "probe":
+        for name in args.names:
+            probes[name] = PROBE[name]()
+            PROBES.write_text(json.dumps(probes, indent=1) + "\n")
+        return 0
+    from attnlib import __version__
+    from attnlib._runtime import git_commit
+
+    quick = quick_sweeps()
+    meta = {"script": "benchmarks/full_cost.py", "attnlib_version": __version__, "git_commit": git_commit(),
+            "torch_version": torch.__version__, "threads": 1, "machine": platform.machine(),
+            "cpu_count": os.cpu_count(), "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+            "note": "CPU seconds of single-threaded probes on a machine shared with other jobs; quick "
+                    "sweep times are wall seconds of the quick build on the same machine"}
+    rows = estimates(probes, quick)
+    OUT.write_text(json.dumps({"rows": rows, "probes": probes, "quick": quick, "provenance": meta},
+                              indent=1) + "\n")
+    TABLE.write_text(markdown(rows, meta))
+    print(TABLE.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
