@@ -427,3 +427,24 @@ def test_critical_alpha_brackets_the_crossing():
     at = lambda a, b: float(pts[(pts.alpha == a) & (pts.branch == b)].eps_t.iloc[0])  # noqa: E731
     assert at(row.bracket_lo, "semantic") > at(row.bracket_lo, "positional")
     assert at(row.bracket_hi, "semantic") <= at(row.bracket_hi, "positional")
+
+
+@pytest.mark.slow
+def test_critical_alpha_resolves_a_fragile_omega():
+    # omega = 0.15: the 8^4 rule's error moves the crossing by more than the bracket, and on the
+    # 12^4 rule the positional family has two solutions. The search must still end with a bracket
+    # of width <= 0.01 holding one sign change on its working rule, a measured quadrature error
+    # smaller than the bracket, and every kept point converged (cycling points moved in alpha)
+    pub = D.reference.PUBLISHED_ALPHA_C
+    crit, pts = D.critical_alpha([0.15], D.TheoryConfig(n_nodes=8), lambda w: pub[0.15] + 0.02,
+                                 bracket_tol=0.01, refine_nodes=(10, 12, 14))
+    row = crit.iloc[0]
+    assert row.sign_changes == 1 and row.converged_ends
+    assert row.bracket_lo < row.alpha < row.bracket_hi <= row.bracket_lo + 0.0101
+    assert row.quad_err_alpha <= row.bracket_hi - row.bracket_lo
+    assert pts.converged.astype(bool).all()
+    # the kept positional solution at each check point is the lowest of its rule's family: no
+    # jump against the working rule's line beyond the stated error
+    work = pts[(pts.rule == row.n_nodes) & (pts.branch == "positional")].sort_values("alpha")
+    slope = np.diff(work.eps_t.to_numpy()) / np.diff(work.alpha.to_numpy())
+    assert np.all(slope > 0)  # the training loss grows with alpha on a branch

@@ -23,6 +23,13 @@ from .channel import linear_baseline_error
 from .model import BRANCH_INITS
 from .theory import TheoryConfig, solve_fixed_points
 
+MOVES = (5e-4, -5e-4, 1e-3, -1e-3, 3e-3, -3e-3, 1e-2, -1e-2)
+"""Steps in alpha tried, in this order, for a point whose iteration cycles (on a given rule the
+discretised map can be discontinuous over a band of alpha: a node's proximal point jumps there)."""
+
+MOVES_FAR = (1e-2, -1e-2, 2e-2, -2e-2, 4e-2, -4e-2)
+"""The steps for points without bounds (the first bracket, which only needs a sign)."""
+
 PERTURBATIONS = ((0.5, 0.6), (2.0, 0.8))
 """Perturbed starts: (factor on q, factor on the branch's overlap m or theta) of the published start
 (a start that violates theta^2 < rho q is skipped)."""
@@ -51,7 +58,7 @@ def _valid(df: pd.DataFrame, sigma: float) -> pd.Series:
 
 def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation=None,
                         perturb: bool = True, published: bool = True, device="cpu",
-                        distinct_rtol: float = 1e-3, quadrature=None) -> pd.DataFrame:
+                        distinct_rtol: float = 1e-3, quadrature=None, retry: bool = True) -> pd.DataFrame:
     """Solve every (alpha, omega, branch) point from several starts and keep the lowest eps_t.
 
     Starts per point: the published one (``published=True``), :data:`PERTURBATIONS` of it
@@ -60,7 +67,8 @@ def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation
     either side). All starts of all points
     are solved in one batch. A candidate counts as converged only if it also is a physical state
     and passes the training-loss identity (:func:`_valid`). Points whose every start fails are
-    retried once with stronger damping (0.9) and twice the iteration budget, from the same starts.
+    retried once with stronger damping (0.9) and twice the iteration budget, from the same starts
+    (``retry=False`` skips this: :func:`critical_alpha` moves such points in alpha instead).
     ``quadrature`` is passed on to :func:`solve_fixed_points` (e.g. a randomised QMC rule).
 
     Returns one row per point (the lowest converged candidate, or the lowest of all when none
@@ -91,7 +99,7 @@ def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation
 
     cand = run(rows, config).assign(retried=False)
     failed = set(range(len(alpha))) - set(cand[cand.converged].point)
-    if failed:
+    if failed and retry:
         retry_cfg = replace(config, damping=max(config.damping, 0.9), max_iter=2 * config.max_iter)
         again = run([r for r in rows if r[0] in failed], retry_cfg).assign(retried=True)
         cand = pd.concat([cand, again], ignore_index=True)
@@ -151,7 +159,7 @@ def _state(row) -> tuple:
 
 def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05,
                    bracket_tol: float = 0.01, refine_nodes=(10, 12), max_steps: int = 8,
-                   kind: str = "c", multistart: bool = True, rebracket_tries: int = 0,
+                   kind: str = "c", multistart: bool = True, rebracket_tries: int = 2,
                    repair: bool = False, device="cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """alpha_c(omega), the zero of eps_t^sem - eps_t^pos, by a bracketing search at every omega.
 
@@ -166,24 +174,32 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
     3. Multi-start at the final bracket ends (:func:`lowest_fixed_points`: the published starts,
        their perturbations, the current solution and the neighbours' solutions): the lowest
        training loss is kept, and if that changes the sign pattern the search resumes
-       (``multistart=False`` skips this step).
-
-    Where a multi-start or a change of rule leaves the bracket ends on the same side, up to
-    ``rebracket_tries`` secant re-brackets are attempted (default 0: that omega is reported with
-    ``sign_changes`` 0 and ``alpha`` NaN); ``repair=True`` solves unconverged points once more from
-    the nearest converged solutions. Both are off by default because they can multiply the cost
-    at the larger rules.
+       (``multistart=False`` skips this step). On a refined rule the ends start from the published
+       point and the coarser rules' multi-start winners only.
     4. Quadrature check: both bracket ends solved again with the next rule of ``refine_nodes``,
        started from the current solutions; the change of the gap divided by its slope across the
        bracket is the quadrature error of the root. If it exceeds the bracket width, the larger
-       rule becomes the working rule and the search resumes from the current bracket.
+       rule becomes the working rule: a bracket of width ``bracket_tol`` is placed around the
+       secant root of the larger rule's values at the old ends (the rule's error is nearly
+       constant across a bracket), solved on the larger rule, and the search resumes there.
+
+    Every solve also runs the family-consistency and move-off-a-jump passes described in the
+    inner ``solve`` (a point whose overlap differs by > 1 % from a close neighbour's is solved
+    again from it; a point whose iteration cycles is moved in alpha by a step of :data:`MOVES`). Where a
+    multi-start or a change of rule leaves the bracket ends on the same side, up to
+    ``rebracket_tries`` secant re-brackets of growing width are attempted (with 0, that omega is
+    reported with ``sign_changes`` 0 and ``alpha`` NaN); ``repair=True`` solves unconverged
+    points once more from the nearest converged solutions.
 
     All omegas advance together (one batched solve per step). Returns ``(crit, points)``:
     ``crit`` has one row per omega (``alpha`` = the root, ``bracket_lo``, ``bracket_hi``,
     ``n_nodes`` of the working rule, ``check_nodes``, ``quad_err_alpha``, ``converged_ends``,
     ``multiplicity_ends``, ``sign_changes`` of the gap over every alpha solved with the working
-    rule, ``steps``); ``points`` holds the kept solution at every solved (omega, rule, alpha, branch)
-    with its multiplicity and convergence flags.
+    rule, ``steps``, ``gap_slope`` across the final bracket, ``quad_err_from_previous_rule``: True
+    where the largest rule of ``refine_nodes`` was reached and the error reported is the shift
+    measured against the previous rule, which then exceeds the bracket); ``points`` holds the kept solution at
+    every solved (omega, rule, alpha, branch) with its multiplicity and convergence flags
+    (``moved_from``: the alpha it replaces, for a point moved off a jump of the proximal point).
     """
     if kind not in ("c", "l"):
         raise ValueError(f"kind must be 'c' (alpha_c) or 'l' (alpha_l); got {kind!r}")
@@ -194,36 +210,114 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
     sols = {}         # (omega, n_nodes, alpha) -> {branch: row}
     explored = set()  # keys solved with the perturbed starts too
 
-    def solve(requests, perturb=False, published=False):
-        """requests: (omega, alpha, n_nodes); solves the branches, grouped by rule."""
+    def batch(reqs, n, cont, perturb, published):
+        """One batched multi-start solve of the branches at the points ``reqs`` on rule ``n``;
+        ``cont`` holds one list of continuation starts per (point, branch)."""
+        # (an iteration whose change is still above tol after the Anderson phase but below 1e-3 is
+        # stopped as stalled: it cycles across a jump of the proximal point, and pass (c) of
+        # solve moves such a point rather than iterating on)
+        cfg = replace(config, n_nodes=n, tol_stall=max(config.tol_stall, 1e-3))
+        res = lowest_fixed_points([a for _, a in reqs for _ in branches],
+                                  [w for w, _ in reqs for _ in branches],
+                                  list(branches) * len(reqs), cfg,
+                                  continuation=cont, perturb=perturb, published=published,
+                                  device=device, retry=False).assign(rule=n)
+        return [{b: res.iloc[len(branches) * k + j] for j, b in enumerate(branches)}
+                for k in range(len(reqs))]
+
+    def neighbours(w, n, a):
+        same = sorted(k[2] for k in sols if k[0] == w and k[1] == n)
+        return [x for x in same if x < a][-1:] + [x for x in same if x > a][:1]
+
+    def overlap(row, b):
+        return float(row.m if b == "positional" else row.theta)
+
+    def converged(sol):
+        return all(bool(r.converged) for r in sol.values())
+
+    def solve(requests, perturb=False, published=False, bounds=None):
+        """requests: (omega, alpha, n_nodes); solves the branches, grouped by rule.
+
+        Three passes. (a) Every new point from the published start (where asked, or where no
+        solution is near), its perturbations (``perturb``) and the solutions nearest to it (same
+        rule: its neighbours on either side; a new rule: the nearest points of the other rules).
+        (b) Family consistency: where a branch's overlap differs by more than 1 % from that of a
+        converged neighbour within 0.02 in alpha on the same rule (the two iterations ended in
+        different families of fixed points), the point is solved again from the neighbour's
+        solution and the lower training loss is kept. (c) A point where a branch did not converge
+        (its discretised map cycles across a jump of the proximal point) is moved in alpha by the
+        steps of :data:`MOVES` that stay inside ``bounds[(omega, alpha)]`` (open interval; no
+        bound: any step), and solved there; the first converged pair replaces it.
+        Returns ``{(omega, n, alpha): new alpha}`` for the points moved in (c).
+        """
         by_rule = {}
         for w, a, n in requests:
             if (w, n, a) not in sols or (perturb and (w, n, a) not in explored):
                 by_rule.setdefault(n, []).append((w, a))
+        moved = {}
         for n, reqs in by_rule.items():
-            cfg = replace(config, n_nodes=n)
-            al = [a for _, a in reqs for _ in branches]
-            om = [w for w, _ in reqs for _ in branches]
             cont = []
             for w, a in reqs:
-                same = sorted(k[2] for k in sols if k[0] == w and k[1] == n)
-                near = [x for x in same if x == a]
-                if not near:  # a new alpha: continuation from the neighbours on both sides
-                    near = [x for x in same if x < a][-1:] + [x for x in same if x > a][:1]
-                keys = [(w, n, x) for x in near]
+                keys = [(w, n, x) for x in ([a] if (w, n, a) in sols else neighbours(w, n, a))]
                 if not keys:  # a new rule: start from the nearest solutions of other rules
-                    other = sorted((k for k in sols if k[0] == w), key=lambda k: abs(k[2] - a))
-                    keys = other[:2]
+                    keys = sorted((k for k in sols if k[0] == w), key=lambda k: abs(k[2] - a))[:2]
                 for b in branches:
-                    cont.append([_state(sols[k][b]) for k in keys])
+                    st = [sols[k][b] for k in keys]
+                    # and one start in every other family met at this omega (on any rule): which
+                    # family is lowest can change with the rule
+                    for k in sorted((k for k in sols if k[0] == w), key=lambda k: abs(k[2] - a)):
+                        r = sols[k][b]
+                        if bool(r.converged) and all(abs(overlap(r, b) - overlap(x, b))
+                                                     > 0.01 * max(abs(overlap(x, b)), 1e-3) for x in st):
+                            st.append(r)
+                    cont.append([_state(r) for r in st])
             pub = published or perturb or any(not c for c in cont)
-            res = lowest_fixed_points(al, om, list(branches) * len(reqs), cfg, continuation=cont,
-                                      perturb=perturb, published=pub, device=device).assign(rule=n)
-            nb = len(branches)
-            for k, (w, a) in enumerate(reqs):
-                sols[(w, n, a)] = {b: res.iloc[nb * k + j] for j, b in enumerate(branches)}
+            for (w, a), sol in zip(reqs, batch(reqs, n, cont, perturb, pub), strict=True):
+                sols[(w, n, a)] = sol
                 if perturb:
                     explored.add((w, n, a))
+            # (b) family consistency with the converged neighbours on the same rule
+            again, cont = [], []
+            for w, a in reqs:
+                nb = [(w, n, x) for x in neighbours(w, n, a)
+                      if abs(x - a) <= 0.02 and converged(sols[(w, n, x)])]
+                starts = [[_state(sols[k][b]) for k in nb
+                           if abs(overlap(sols[k][b], b) - overlap(sols[(w, n, a)][b], b))
+                           > 0.01 * max(abs(overlap(sols[k][b], b)), 1e-3)] for b in branches]
+                if any(starts):
+                    again.append((w, a))
+                    cont += [st or [_state(sols[(w, n, a)][b])]
+                             for st, b in zip(starts, branches, strict=True)]
+            if again:
+                for (w, a), sol in zip(again, batch(again, n, cont, False, False), strict=True):
+                    old = sols[(w, n, a)]
+                    for b in branches:
+                        if bool(sol[b].converged) and (not bool(old[b].converged)
+                                                       or sol[b].eps_t < old[b].eps_t):
+                            old[b] = sol[b]
+            # (c) move points whose iteration cycles by a small step in alpha
+            bad = [(w, a) for w, a in reqs if not converged(sols[(w, n, a)])]
+            for step in (MOVES_FAR if bounds is None else MOVES):
+                lim = {(w, a): (bounds or {}).get((w, a), (-np.inf, np.inf)) for w, a in bad}
+                go = [(w, a) for w, a in bad if lim[(w, a)][0] < a + step < lim[(w, a)][1]
+                      and a + step > 0.01]
+                if not go:
+                    continue
+                trial = [(w, round(a + step, 6)) for w, a in go]
+                cont = [[_state(sols[(w, n, a)][b])] + [_state(sols[(w, n, x)][b])
+                                                         for x in neighbours(w, n, a)]
+                        for w, a in go for b in branches]
+                for (w, a), (_, a2), sol in zip(go, trial, batch(trial, n, cont, False, True),
+                                                strict=True):
+                    if converged(sol):
+                        sols[(w, n, a2)] = {b: r.copy() for b, r in sol.items()}
+                        for r in sols[(w, n, a2)].values():
+                            r["moved_from"] = a
+                        del sols[(w, n, a)]
+                        explored.discard((w, n, a))
+                        moved[(w, n, a)] = a2
+                bad = [(w, a) for w, a in bad if (w, n, a) not in moved]
+        return moved
 
     def gap(w, a, n=None):
         s = sols[(w, rule[w] if n is None else n, a)]
@@ -243,10 +337,17 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
                 a0, a1 = bracket[w]
                 d0, d1 = gap(w, a0), gap(w, a1)
                 est = a0 - d0 * (a1 - a0) / (d1 - d0) if d1 != d0 else (a0 + a1) / 2
-                h = max(a1 - a0, bracket_tol) * (k + 1)
+                # the rule's error is nearly constant across a bracket, so the secant of the new
+                # rule's values is accurate: a bracket of the target width around it usually
+                # holds the root at once (no further regula falsi on the costly rule)
+                h = 0.4995 * bracket_tol * (k + 1)
                 bracket[w] = [round(max(0.02, est - h), 6), round(est + h, 6)]
                 mult[w], last[w], steps[w] = [1.0, 1.0], None, 0
-            solve([(w, a, rule[w]) for w in todo for a in bracket[w]], published=True)
+            moved = solve([(w, a, rule[w]) for w in todo for a in bracket[w]], published=True,
+                          bounds={**{(w, bracket[w][0]): (-np.inf, bracket[w][0] + 1.5e-3) for w in todo},
+                                  **{(w, bracket[w][1]): (bracket[w][1] - 1.5e-3, np.inf) for w in todo}})
+            for w in todo:
+                bracket[w] = [moved.get((w, rule[w], a), a) for a in bracket[w]]
             todo = [w for w in todo if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
         return [w for w in ws if w not in todo]
 
@@ -254,10 +355,12 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
     bracket = {w: [max(0.02, guess(w) - half_width), guess(w) + half_width] for w in omegas}
     found = set()
     for k in range(8):
-        solve([(w, a, rule[w]) for w in omegas if w not in found for a in bracket[w]], published=True)
+        moved = solve([(w, a, rule[w]) for w in omegas if w not in found for a in bracket[w]],
+                      published=True)
         for w in omegas:
             if w in found:
                 continue
+            bracket[w] = [moved.get((w, rule[w], a), a) for a in bracket[w]]
             a0, a1 = bracket[w]
             d0, d1 = gap(w, a0), gap(w, a1)
             if d0 > 0 >= d1:
@@ -270,6 +373,18 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
             break
     steps = {w: 0 for w in omegas}
     check = {}
+    at = {}  # omega -> the alphas at which the check rule was solved (the bracket ends, or moved)
+    switch_err = {}  # omega -> the error measured when the working rule was last enlarged
+
+    def quad_err(w, c):
+        """Shift of the root when the gap of rule ``c`` replaces that of the working rule: the
+        largest change of the gap at the check points, over the slope across the bracket (the
+        working rule's gap is interpolated linearly to a check point that was moved)."""
+        a0, a1 = bracket[w]
+        d0, d1 = gap(w, a0), gap(w, a1)
+        slope = (d1 - d0) / (a1 - a0)
+        return max(abs(gap(w, x, c) - (d0 + slope * (x - a0))) for x in at[w]) / abs(slope)
+
     mult = {w: [1.0, 1.0] for w in omegas}  # Illinois factors on the two ends' values
     last = {w: None for w in omegas}         # which end the previous step replaced
     active = [w for w in omegas if w in found]
@@ -286,7 +401,9 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
                 a = a0 - d0 * (a1 - a0) / (d1 - d0)
                 # keep the new point inside the middle 80 % so that the bracket always shrinks
                 new[w] = round(float(np.clip(a, a0 + 0.1 * (a1 - a0), a1 - 0.1 * (a1 - a0))), 6)
-            solve([(w, a, rule[w]) for w, a in new.items()])
+            moved = solve([(w, a, rule[w]) for w, a in new.items()],
+                          bounds={(w, a): tuple(bracket[w]) for w, a in new.items()})
+            new = {w: moved.get((w, rule[w], a), a) for w, a in new.items()}
             for w, a in new.items():
                 steps[w] += 1
                 end = 0 if gap(w, a) > 0 else 1
@@ -296,12 +413,16 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
                     mult[w][1 - end] *= 0.5
                 last[w] = end
             continue
-        # 3. multi-start at the bracket ends; resume the search if the sign pattern changes
-        solve([(w, a, rule[w]) for w in active for a in bracket[w]], perturb=multistart)
-        moved = [w for w in active if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
-        if moved:
-            kept = rebracket(moved)
-            active = [w for w in active if w not in moved or w in kept]
+        # 3. multi-start at the bracket ends; resume the search if the sign pattern changes. On a
+        #    refined rule the ends start from the published point and from the multi-start winners
+        #    of the coarser rules (continuation in the rule): the family was chosen there, cheaply
+        base = [w for w in active if rule[w] == config.n_nodes]
+        solve([(w, a, rule[w]) for w in base for a in bracket[w]], perturb=multistart)
+        solve([(w, a, rule[w]) for w in active if w not in base for a in bracket[w]], published=True)
+        lost = [w for w in active if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
+        if lost:
+            kept = rebracket(lost)
+            active = [w for w in active if w not in lost or w in kept]
             continue
         # 4. quadrature check at the bracket ends with the next larger rule
         req = []
@@ -310,20 +431,20 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
             check[w] = larger[0] if larger else None
             if check[w] is not None:
                 req += [(w, a, check[w]) for a in bracket[w]]
-        solve(req)
+        moved = solve(req, bounds={(w, a): (a - 1.5e-3, a + 1.5e-3) for w, a, _ in req})
         nxt = []
         for w in active:
             if check[w] is None:
                 continue
-            a0, a1 = bracket[w]
-            width = a1 - a0
-            d = [gap(w, a) for a in (a0, a1)]
-            dc = [gap(w, a, check[w]) for a in (a0, a1)]
-            err = max(abs(dc[0] - d[0]), abs(dc[1] - d[1])) / abs((d[1] - d[0]) / width)
+            at[w] = [moved.get((w, check[w], a), a) for a in bracket[w]]
+            err = quad_err(w, check[w])
+            width = bracket[w][1] - bracket[w][0]
             if err <= width:
                 continue
             # the rule's error exceeds the bracket: the larger rule becomes the working rule
+            switch_err[w] = err
             rule[w] = check[w]
+            bracket[w] = sorted(at[w])  # where the larger rule was solved (a point may have moved)
             mult[w], last[w], steps[w] = [1.0, 1.0], None, 0
             nxt.append(w)
         # where the larger rule moved the crossing out of the bracket, follow it
@@ -362,20 +483,27 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
         n = rule[w]
         d0, d1 = gap(w, a0), gap(w, a1)
         ends = [sols[(w, n, a)][b] for a in (a0, a1) for b in branches]
-        err = np.nan
+        err, from_previous = np.nan, False
         c = check.get(w)
-        if c is not None and c != n and (w, c, a0) in sols and (w, c, a1) in sols:
-            dc = [gap(w, a, c) for a in (a0, a1)]
-            err = max(abs(dc[0] - d0), abs(dc[1] - d1)) / abs((d1 - d0) / (a1 - a0))
+        if c is not None and c != n and all((w, c, x) in sols for x in at.get(w, [None])):
+            err = quad_err(w, c)
+        elif n != config.n_nodes and w in switch_err:
+            # the largest rule was reached: no larger rule checks it, and the shift measured
+            # between it and the previous rule is the error estimate reported
+            err, from_previous = switch_err[w], True
         grid = sorted(k[2] for k in sols if k[0] == w and k[1] == n)
         g = np.array([gap(w, a) for a in grid])
         rows.append({
             "omega": w, "alpha": a0 - d0 * (a1 - a0) / (d1 - d0) if d0 > 0 >= d1 else np.nan,
             "bracket_lo": a0,
             "bracket_hi": a1, "n_nodes": n, "check_nodes": c, "quad_err_alpha": err,
+            "quad_err_from_previous_rule": from_previous,
             "converged_ends": bool(all(bool(e.converged) for e in ends)), "steps": steps[w],
             "multiplicity_ends": int(max(int(e.multiplicity) for e in ends)),
+            "gap_slope": (d1 - d0) / (a1 - a0),
             "sign_changes": int(np.sum(np.diff(np.sign(g)) != 0)),
         })
     kept = pd.DataFrame([r for v in sols.values() for r in v.values()]).reset_index(drop=True)
+    if "moved_from" not in kept:
+        kept["moved_from"] = np.nan
     return pd.DataFrame(rows), kept
