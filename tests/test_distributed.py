@@ -143,8 +143,8 @@ DRIVER = """\
 import functools, sys
 import attnlib as al
 from tests.test_distributed import counted_square
-fn = functools.partial(counted_square, calls=sys.argv[3], delay=0.4)
-al.sweep(fn, [{"i": i} for i in range(16)], "resume", path=sys.argv[2], scheduler=sys.argv[1])
+fn = functools.partial(counted_square, calls=sys.argv[3], delay=0.5)
+al.sweep(fn, [{"i": i} for i in range(20)], "resume", path=sys.argv[2], scheduler=sys.argv[1])
 """
 
 
@@ -169,16 +169,16 @@ def test_interrupted_driver_resumes_from_the_checkpoint(client, tmp_path):
             proc.wait()
     assert proc.returncode != 0  # it stopped before the end
     first = {entry["point"]["i"] for entry in _lines(path)}
-    assert 3 <= len(first) < 16
+    assert 3 <= len(first) < 20
     time.sleep(1.0)  # let tasks the scheduler cancelled stop writing to calls1
 
     fn = functools.partial(counted_square, calls=str(calls2), delay=0.0)
-    df = al.sweep(fn, [{"i": i} for i in range(16)], "resume", path=path, scheduler=LOCAL)
+    df = al.sweep(fn, [{"i": i} for i in range(20)], "resume", path=path, scheduler=LOCAL)
     again = [int(i) for i in calls2.read_text().split()]
     assert not first & set(again)  # points finished before the interruption are not recomputed
-    assert sorted(again) == sorted(set(range(16)) - first)
-    assert df.sq.tolist() == [i * i for i in range(16)]
-    assert sorted(entry["point"]["i"] for entry in _lines(path)) == list(range(16))
+    assert sorted(again) == sorted(set(range(20)) - first)
+    assert df.sq.tolist() == [i * i for i in range(20)]
+    assert sorted(entry["point"]["i"] for entry in _lines(path)) == list(range(20))
 
 
 # ---- the chapter parameter and `attnbook run --scheduler` --------------------------------------
