@@ -4,6 +4,7 @@ Commands::
 
     attnbook build [-p name=value ...]      execute changed chapters, then build the HTML
                   [--edition student]      (student: exercises without solutions, _build/student/html)
+                  [--scheduler local]      every chapter's sweeps on Dask (as for run)
     attnbook run CHAPTER [-p name=value]    execute one chapter (e.g. -p profile=full -p seed=1)
                  [--scheduler local]       its sweeps on Dask: local, local:N or tcp://host:port
     attnbook list                           every output slot, whether it is current and why not
