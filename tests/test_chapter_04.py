@@ -45,10 +45,14 @@ def test_theory_matches_sampling(s):
 
 def test_image_task_is_omniglot_like_and_learned(s):
     assert s["images_n_classes"] >= 300  # hundreds of characters
-    # the trained network is clearly above the GP of its own frozen attention (1000 test episodes:
-    # binomial standard error ~1.4 points per accuracy)
-    assert s["images_gd_acc"] > s["images_gp_acc"] + 3
-    assert min(s["images_gd_acc_seeds"]) > 60  # every training seed learns the task
+    # the trained network is clearly above the GP of its own frozen attention, for every training
+    # seed: 1000 test episodes give a binomial standard error of ~1.4 points per accuracy, so
+    # ~2 points for a difference; 4 points is two standard errors
+    gd, gp = s["images_gd_acc_seeds"], s["images_gp_acc_seeds"]
+    assert len(gd) == len(gp) == s["images_pruning_seeds"]
+    assert gd[0] == s["images_gd_acc"] and gp[0] == s["images_gp_acc"]
+    assert all(a - b > 4 for a, b in zip(gd, gp, strict=True))
+    assert min(gd) > 60  # every training seed learns the task
     assert s["images_U_theory_vs_gd_corr"] > 0.5  # theory's U and the trained overlaps share a pattern
     assert s["images_U_offdiag_corr"] < s["images_U_theory_vs_gd_corr"]  # "mostly the diagonal"
     # the text: at N = 10 the renormalised kernel turns towards the labels but moves the accuracy
@@ -59,18 +63,28 @@ def test_image_task_is_omniglot_like_and_learned(s):
 
 def test_image_pruning_statements(s):
     corrs = s["images_pruning_rank_corr_seeds"]
-    assert s["images_pruning_seeds"] == len(corrs) >= 3
-    mean = sum(corrs) / len(corrs)
-    sd = (sum((c - mean) ** 2 for c in corrs) / (len(corrs) - 1)) ** 0.5
+    n = s["images_pruning_seeds"]
+    assert n == len(corrs) >= 3
+    mean = sum(corrs) / n
+    sd = (sum((c - mean) ** 2 for c in corrs) / (n - 1)) ** 0.5
     assert abs(s["images_pruning_rank_corr_mean"] - mean) < 1e-12
     assert abs(s["images_pruning_rank_corr_sd"] - sd) < 1e-12
-    # the text: better than chance on average, score order above random in most steps; the
-    # theory-side pruning correlation is only reported (mean, range over the seeds)
-    assert s["images_pruning_rank_corr_mean"] > 0
-    assert s["images_score_order_beats_random"] > 0.5
+    # no-relation spread of the mean of n Spearman coefficients of 8 heads: 1/sqrt(7)/sqrt(n)
+    null_se = 1 / 7**0.5 / n**0.5
+    assert abs(s["images_pruning_rank_corr_null_se"] - null_se) < 1e-12
+    assert abs(s["images_pruning_rank_corr_z"] - mean / null_se) < 1e-9
+    # the text's verdict follows the two-standard-deviation rule it states
+    assert s["images_pruning_rank_beats_chance"] == (mean / null_se >= 2)
+    # what the statistics support whatever the verdict: the mean is not below zero by more than
+    # two no-relation standard deviations (the score never anti-ranks the heads)
+    assert mean > -2 * null_se
+    # the drops are resolved: their paired standard error is small against their spread
+    assert s["images_pruning_test_episodes"] >= 3000
+    assert s["images_pruning_drop_se_median"] < 0.25 * s["images_pruning_drop_spread_median"]
     th = s["images_theory_vs_gd_drop_corr_seeds"]
     assert len(th) == len(corrs) and all(-1 <= c <= 1 for c in th)
     assert abs(s["images_theory_vs_gd_drop_corr_mean"] - sum(th) / len(th)) < 1e-12
+    assert 0 <= s["images_score_order_beats_random"] <= 1
 
 
 def test_sampling_variance_and_diagnostics(s):

@@ -90,10 +90,24 @@ def test_icl_net_is_the_theory_model_and_prunes_with_renormalisation():
     torch.testing.assert_close(net(x), ap.forward(x, a2, w2, "mean"))
 
 
+def test_learning_rate_schedule():
+    """Linear warm-up to gd_lr, then a half cosine from gd_lr down to 0 (or constant)."""
+    cfg = ap.ImageTaskConfig(gd_steps=100, gd_lr=1e-2, gd_warmup=10, gd_schedule="cosine")
+    lrs = np.array([ap.learning_rate(cfg, k) for k in range(100)])
+    np.testing.assert_allclose(lrs[:10], 1e-2 * np.arange(1, 11) / 10)
+    np.testing.assert_allclose(lrs[10:], 1e-2 * 0.5 * (1 + np.cos(np.pi * np.arange(90) / 90)))
+    assert np.all(np.diff(lrs[10:]) < 0) and lrs[-1] < 1e-5
+    const = ap.ImageTaskConfig(gd_steps=100, gd_lr=1e-2, gd_warmup=5)
+    assert [ap.learning_rate(const, k) for k in (0, 4, 5, 99)] == pytest.approx([2e-3, 1e-2, 1e-2, 1e-2])
+    with pytest.raises(ParameterError):
+        ap.ImageTaskConfig(gd_steps=100, gd_warmup=100)
+
+
 @pytest.mark.parametrize("schedule", ["constant", "cosine"])
 def test_batched_training_equals_separate_runs(schedule):
     """Stacking seeds along a leading axis is separate training: same parameters as one run per seed."""
-    cfg = ap.ImageTaskConfig(width=8, qk_dim=3, gd_steps=15, gd_batch=5, n_pool=40, gd_schedule=schedule)
+    cfg = ap.ImageTaskConfig(width=8, qk_dim=3, gd_steps=15, gd_batch=5, n_pool=40, gd_schedule=schedule,
+                             gd_warmup=3)
     g = gen(0)
     x = torch.randn(40, 12, 9, generator=g, dtype=torch.float64)
     y = torch.where(torch.rand(40, generator=g) < 0.5, 1.0, -1.0).double()
@@ -106,8 +120,13 @@ def test_batched_training_equals_separate_runs(schedule):
         opt = torch.optim.AdamW(ref.parameters(), lr=cfg.gd_lr, weight_decay=0.0)
         batches = gen(100 + s)
         for k in range(cfg.gd_steps):
-            if schedule == "cosine":
-                opt.param_groups[0]["lr"] = cfg.gd_lr * 0.5 * (1 + math.cos(math.pi * k / cfg.gd_steps))
+            if k < 3:
+                opt.param_groups[0]["lr"] = cfg.gd_lr * (k + 1) / 3
+            elif schedule == "cosine":
+                frac = (k - 3) / (cfg.gd_steps - 3)
+                opt.param_groups[0]["lr"] = cfg.gd_lr * 0.5 * (1 + math.cos(math.pi * frac))
+            else:
+                opt.param_groups[0]["lr"] = cfg.gd_lr
             idx = torch.randint(40, (5,), generator=batches)
             loss = ((ref(x[idx]) - y[idx]) ** 2).mean()
             opt.zero_grad()
@@ -127,8 +146,9 @@ def test_batched_training_equals_separate_runs(schedule):
 @pytest.mark.slow
 def test_icl_net_learns_the_glyph_task(glyph_set):
     cfg = ap.ImageTaskConfig(
-        glyphs=glyph_set.config, width=16, gd_steps=600, gd_batch=32, n_pool=2000, P=50, n_val=50, n_test=400
-    )
+        glyphs=glyph_set.config, width=16, qk_dim=16, gd_steps=600, gd_batch=32, n_pool=2000, P=50, n_val=50,
+        n_test=400,
+    )  # a toy set (5 drawers, 8 classes per script) and 600 steps: the small forms of the first version
     pool = ap.make_episodes(glyph_set, cfg.n_pool, "train", gen(3))
     test = ap.make_episodes(glyph_set, cfg.n_test, "test", gen(4))
     net, losses = ap.train_icl_net(cfg, pool.x, pool.y, gen(5), seed=0)

@@ -44,6 +44,7 @@ from .images import (
     Episodes,
     ICLAttentionNet,
     ImageTaskConfig,
+    learning_rate,
     make_episodes,
     patch_tokens,
     train_icl_net,
@@ -132,4 +133,5 @@ __all__ = [
     "ICLAttentionNet",
     "train_icl_net",
     "train_icl_nets",
+    "learning_rate",
 ]
