@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,8 +46,15 @@ def fresh_env(tmp_path_factory):
     """``(python of a new venv with torch and a kernel but no attnlib, the attnlib wheel)``."""
     base = tmp_path_factory.mktemp("colab")
     t0 = time.perf_counter()
+    # the wheel is built from a copy, so that setuptools' build/ folder never lands in the checkout
+    source = base / "source"
+    shutil.copytree(ROOT / "attnlib", source / "attnlib",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, source / name)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-          "-w", str(base / "dist"), str(ROOT)])
+          "-w", str(base / "dist"), str(source)])
     wheel = next((base / "dist").glob("attnlib-*.whl"))
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
