@@ -12,6 +12,7 @@ One module per model, named after it:
 """
 
 from . import attention, dotattn, glyphs, mha, paths, plotting, random_qk
+from ._repo import committed_file
 from ._runtime import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from ._store import load_result, provenance, save_result, stored_or_compute
 from ._sweep import SweepError, sweep
@@ -36,6 +37,7 @@ __all__ = [
     "check_choice",
     "check_float",
     "check_int",
+    "committed_file",
     "load_result",
     "provenance",
     "resolve_device",

@@ -59,6 +59,13 @@ def install_spec(root: Path) -> str:
     return f"attnlib[notebook] @ git+{url}@v{version(root)}"
 
 
+def raw_files_url(root: Path) -> str:
+    """Where the repository's files at the book's version are served (``<url>/raw/v<version>``);
+    :func:`attnlib._repo.committed_file` downloads benchmark records from there outside a clone."""
+    url, _ = repository(root)
+    return f"{url}/raw/v{version(root)}"
+
+
 def macros(root: Path) -> dict[str, str]:
     """The book's MathJax macros (``_config.yml``: sphinx.config.mathjax3_config.tex.macros)."""
     cfg = book_config(root).get("sphinx", {}).get("config", {})
@@ -69,12 +76,15 @@ INSTALL_CELL = '''\
 # Setup for Colab or a fresh Jupyter: install the book's library, attnlib {version}, when it is
 # missing (in a clone of the repository, `make book` has installed it already).
 import importlib.util
+import os
 import subprocess
 import sys
 
 if importlib.util.find_spec("attnlib") is None or importlib.util.find_spec("myst_nb") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "{spec}"], check=True)
-    importlib.invalidate_caches()'''
+    importlib.invalidate_caches()
+# committed benchmark records are read from the repository at the same version
+os.environ.setdefault("ATTNLIB_REPO_RAW", "{raw}")'''
 
 GLUE_CELL = '''\
 # Outside the book, show what the chapter glues into its pages (figures and tables) right here.
@@ -331,7 +341,8 @@ def twin_notebook(root: Path, chapter: str, nb):
         if cell.cell_type == "markdown":
             cell.source = rewriter.markdown(cell.source)
     spec = install_spec(root)
-    install = nbformat.v4.new_code_cell(INSTALL_CELL.format(version=version(root), spec=spec))
+    install = nbformat.v4.new_code_cell(
+        INSTALL_CELL.format(version=version(root), spec=spec, raw=raw_files_url(root)))
     install.metadata = {"tags": ["colab-setup"]}
     definitions = " ".join(
         rf"\newcommand{{\{name}}}{{{expansion}}}" for name, expansion in macros(root).items())

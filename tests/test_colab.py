@@ -105,6 +105,9 @@ def test_outputless_notebook_runs_in_a_fresh_environment(fresh_env, tmp_path, ch
     t0 = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["MPLBACKEND"] = "Agg"
+    # the checkout stands in for the repository's raw files (benchmark records), as the wheel
+    # stands in for the repository URL
+    env["ATTNLIB_REPO_DIR"] = str(ROOT)
     _run([str(python), "-c", _EXECUTE, str(path), str(work), str(CELL_TIMEOUT)], cwd=work, env=env)
     print(f"{chapter}: executed in the fresh environment in {time.perf_counter() - t0:.0f} s")
     ran = json.loads(path.read_text())
