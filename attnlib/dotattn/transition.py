@@ -125,13 +125,17 @@ def lowest_fixed_points(alpha, omega, branch, config: TheoryConfig, continuation
     return pd.DataFrame(out).drop(columns=["point"]).reset_index(drop=True)
 
 
-def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu") -> pd.DataFrame:
+def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu",
+                   perturb: bool = True, failed_only: bool = False) -> pd.DataFrame:
     """One branch on an alpha grid: :func:`lowest_fixed_points` at every alpha, then a second pass
     in which every point also starts from the solutions at its two neighbours (continuation in
-    both directions); the lowest training loss of the two passes is kept.
+    both directions); the lowest training loss of the two passes is kept. ``perturb`` is passed on
+    to the first pass; ``failed_only=True`` runs the second pass only at points whose first pass
+    did not converge (a cheap repair of a curve), and moves a point that still fails by a step of
+    :data:`MOVES` in alpha (column ``moved_from``).
     """
     alphas = np.sort(np.atleast_1d(np.asarray(alphas, dtype=float)))
-    first = lowest_fixed_points(alphas, omega, branch, config, device=device)
+    first = lowest_fixed_points(alphas, omega, branch, config, perturb=perturb, device=device)
     ok = first.converged.to_numpy(bool)
     cont = []
     for i in range(len(alphas)):
@@ -139,7 +143,9 @@ def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu
         cont.append([_state(first.iloc[j]) for j in nb])
     if not any(cont):
         return first
-    idx = [i for i in range(len(alphas)) if cont[i]]
+    idx = [i for i in range(len(alphas)) if cont[i] and not (failed_only and ok[i])]
+    if not idx:
+        return first
     second = lowest_fixed_points(alphas[idx], omega, branch, config, continuation=[cont[i] for i in idx],
                                  perturb=False, published=False, device=device)
     out = first.copy()
@@ -150,6 +156,25 @@ def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu
             row["n_starts"] = int(a.n_starts) + int(b.n_starts)
             row["multiplicity"] = max(int(a.multiplicity), int(b.multiplicity))
             out.iloc[i] = row[out.columns]
+    if failed_only:
+        # a point that still cycles (its rule's map jumps there) is moved in alpha by the steps
+        # of MOVES that keep it between its neighbours; ``moved_from`` records the original alpha
+        out["moved_from"] = np.nan
+        for i in np.flatnonzero(~out.converged.to_numpy(bool)):
+            lo = alphas[i - 1] if i > 0 else 0.01
+            hi = alphas[i + 1] if i + 1 < len(alphas) else np.inf
+            nb = [_state(out.iloc[j]) for j in (i - 1, i + 1)
+                  if 0 <= j < len(alphas) and bool(out.iloc[j].converged)]
+            for step in MOVES:
+                a2 = round(float(alphas[i]) + step, 6)
+                if not lo < a2 < hi:
+                    continue
+                r = lowest_fixed_points([a2], omega, branch, config, continuation=[nb],
+                                        perturb=False, device=device, retry=False).iloc[0]
+                if bool(r.converged):
+                    r["moved_from"] = float(alphas[i])
+                    out.iloc[i] = r[out.columns]
+                    break
     return out
 
 
