@@ -14,7 +14,7 @@ One module per model, named after it:
 from . import attention, dotattn, glyphs, mha, paths, plotting, random_qk
 from ._repo import committed_file
 from ._runtime import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
-from ._store import load_result, provenance, save_result, stored_or_compute
+from ._store import load_result, provenance, save_result, stored_full, stored_or_compute, stored_phrase
 from ._sweep import SweepError, sweep
 from ._validation import ParameterError, check_choice, check_float, check_int
 
@@ -44,6 +44,8 @@ __all__ = [
     "save_result",
     "seed_everything",
     "start_chapter",
+    "stored_full",
     "stored_or_compute",
+    "stored_phrase",
     "sweep",
 ]

@@ -38,6 +38,8 @@ __all__ = [
     "save_result",
     "load_result",
     "stored_or_compute",
+    "stored_full",
+    "stored_phrase",
     "result_note",
 ]
 
@@ -220,6 +222,55 @@ def stored_or_compute(
     df.attrs["note"] = ""
     stored_entries[name] = {"stored": False, "stale": False, "note": ""}
     return df
+
+
+def stored_full(run: Run, name: str, results_dir: str | Path | None = None) -> pd.DataFrame | None:
+    """The stored paper-scale table ``<name>`` of ``run``'s chapter, to show beside a quick run.
+
+    A ``quick`` build computes its tables live; where the ``full`` profile's table
+    ``results/<chapter>/<name>.csv`` is stored, the chapter draws it on the same axes and states
+    how well the two agree. Looked up in ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the
+    repository (:func:`~attnlib._repo.committed_file`: the checkout, or downloaded once where the
+    notebook's install cell set ``$ATTNLIB_REPO_RAW``). Returns ``None`` when nothing is stored,
+    and for a ``full`` run (whose own table is the paper-scale one). The table is verified
+    (:func:`load_result`: an edited one raises :class:`StoredResultError`); ``df.attrs`` holds
+    ``provenance`` (with ``stale``: produced by attnlib code that has changed since) and
+    ``phrase``, :func:`stored_phrase` of it.
+    """
+    if run.profile == "full":
+        return None
+    root = results_dir or os.environ.get("ATTNLIB_RESULTS_DIR")
+    if root:
+        path = Path(root) / run.chapter / f"{name}.csv"
+        if not path.exists():
+            return None
+    else:
+        from ._repo import committed_file
+
+        try:
+            path = committed_file(f"results/{run.chapter}/{name}.csv")
+            committed_file(f"results/{run.chapter}/{name}.provenance.json")
+        except (FileNotFoundError, ValueError):
+            return None
+    df, record = load_result(path)
+    df.attrs["provenance"] = dict(record, stored=True, stale=bool(code_changes(record)))
+    df.attrs["phrase"] = stored_phrase(df)
+    return df
+
+
+def stored_phrase(df: pd.DataFrame | None) -> str:
+    """Caption phrase for a stored paper-scale table from :func:`stored_full` (never empty).
+
+    ``"the paper-scale run stored in results/ (full profile, <device>, <date>)"``, with
+    ``"; produced by older code"`` when the code has changed since; for ``None``:
+    ``"no paper-scale (full) run of it is stored"``.
+    """
+    if df is None:
+        return "no paper-scale (full) run of it is stored"
+    rec = df.attrs.get("provenance", {})
+    older = "; produced by older code" if rec.get("stale") else ""
+    return (f"the paper-scale run stored in results/ ({rec.get('profile', '?')} profile, "
+            f"{rec.get('device_name', '?')}, {rec.get('date', '?')}{older})")
 
 
 def audit(results_dir: str | Path | None = None) -> list[dict]:

@@ -1,0 +1,56 @@
+"""The stored paper-scale table shown beside a quick run (attnlib._store.stored_full)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import attnlib as al
+from attnlib import _store
+
+
+def _store_full_table(tmp_path, values):
+    full = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    df = pd.DataFrame({"x": [0.0, 1.0], "y": values})
+    al.stored_or_compute(full, "table", lambda: df, {"n": 2}, results_dir=tmp_path)
+    return tmp_path / "99-tiny" / "table.csv"
+
+
+def test_quick_run_gets_the_stored_full_table_with_its_provenance(tmp_path):
+    _store_full_table(tmp_path, [0.5, 0.25])
+    quick = al.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    df = al.stored_full(quick, "table", results_dir=tmp_path)
+    assert df is not None and df["y"].tolist() == [0.5, 0.25]
+    record = df.attrs["provenance"]
+    assert record["profile"] == "full" and record["params"] == {"n": 2} and not record["stale"]
+    phrase = df.attrs["phrase"]
+    assert phrase == al.stored_phrase(df)
+    assert "full profile" in phrase and record["device_name"] in phrase and record["date"] in phrase
+    assert "older code" not in phrase
+
+
+def test_no_stored_table_is_said_in_a_nonempty_phrase(tmp_path):
+    quick = al.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    assert al.stored_full(quick, "absent", results_dir=tmp_path) is None
+    assert al.stored_phrase(None).strip()  # myst-nb cannot glue an empty string
+    # a full run shows its own table: nothing to put beside it
+    _store_full_table(tmp_path, [0.5, 0.25])
+    full = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    assert al.stored_full(full, "table", results_dir=tmp_path) is None
+
+
+def test_stored_full_refuses_an_edited_table_and_flags_older_code(tmp_path):
+    csv = _store_full_table(tmp_path, [0.5, 0.25])
+    quick = al.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    record_path = csv.with_suffix(".provenance.json")
+    record = json.loads(record_path.read_text())
+    record["code_hash"] = "0" * 64  # produced by other code
+    record.pop("code", None)
+    record_path.write_text(json.dumps(_store._seal(record), indent=2))
+    df = al.stored_full(quick, "table", results_dir=tmp_path)
+    assert df.attrs["provenance"]["stale"] and "older code" in df.attrs["phrase"]
+    csv.write_text(csv.read_text().replace("0.25", "0.35"))
+    with pytest.raises(_store.StoredResultError, match="table.csv"):
+        al.stored_full(quick, "table", results_dir=tmp_path)
