@@ -11,6 +11,11 @@ benchmark (chapter 3's theory solver, chapter 4's solvers and sampler) take it f
 
     .venv/bin/python benchmarks/full_cost.py probe ch1-curves ch1-mc ch1-heads ch3-gd
     .venv/bin/python benchmarks/full_cost.py report      # writes the JSON and the markdown table
+    .venv/bin/python benchmarks/full_cost.py table       # the markdown table again, estimates kept
+
+The last column says, per table, whether a ``full`` run stores it in ``results/`` and, where it
+is stored, the measured wall time, device and date from its provenance record (``table`` re-reads
+``results/`` without re-estimating, after a ``full`` run has stored new tables).
 
 The report writes ``benchmarks/results/full_cost.json`` (every number, its basis and the
 provenance) and ``book/full-cost-table.md`` (the table the reproducibility page includes).
@@ -38,6 +43,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 PROBES = RESULTS / "full_cost_probes.json"
 OUT = RESULTS / "full_cost.json"
 TABLE = ROOT / "book" / "full-cost-table.md"
+CHAPTERS = {"00": "00-attention", "01": "01-random-features", "02": "02-provable-mha",
+            "03": "03-positional-semantic", "04": "04-attention-paths"}
+#: Tables that a chapter's ``full`` run stores in ``results/<chapter>/<table>.csv`` (chapter 3's
+#: rows name theirs explicitly).
+STORES = {"00": {"neff"}, "02": {"ablation", "moments", "regimes", "limit"}}
 
 
 def _cpu(fn, **kw) -> float:
@@ -157,7 +167,9 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
     def qs(chapter, sweep):
         return quick.get(chapter, {}).get("sweeps", {}).get(sweep, {}).get("wall_s", float("nan"))
 
-    def row(chapter, table, points, basis, cpu_s, gpu, stored="no"):
+    def row(chapter, table, points, basis, cpu_s, gpu, stored=None):
+        if stored is None:
+            stored = "yes" if table in STORES.get(chapter, ()) else "no"
         rows.append({"chapter": chapter, "table": table, "points": points, "basis": basis,
                      "cpu_s": None if cpu_s is None or math.isnan(cpu_s) else round(cpu_s), "gpu": gpu,
                      "stored": stored})
@@ -311,13 +323,37 @@ def _fmt_s(s) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def stored_record(r: dict) -> dict | None:
+    """Provenance record of the stored ``results/<chapter>/<table>.csv`` of row ``r``, if any."""
+    from attnlib._store import StoredResultError, load_result
+
+    path = ROOT / "results" / CHAPTERS.get(r["chapter"], "?") / f"{r['table'].split(' ')[0]}.csv"
+    if not path.exists():
+        return None
+    try:
+        return load_result(path)[1]
+    except StoredResultError:
+        return None
+
+
+def stored_cell(r: dict) -> str:
+    """The last column: stored (measured wall time, device, date), not yet, or not stored by design."""
+    rec = stored_record(r)
+    if rec is not None:
+        return (f"**stored**: run took {_fmt_s(rec['wall_s'])} wall time ({rec['device_name']}, "
+                f"{rec['date']})")
+    if r["stored"].startswith("yes"):
+        return "not yet" + r["stored"][3:]
+    return r["stored"]
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = ["| chapter | table | points | estimated CPU time (1 core) | basis | GPU worthwhile "
              "| stored in `results/` |",
              "| --- | --- | ---: | ---: | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['chapter']} | {r['table']} | {r['points']} | {_fmt_s(r['cpu_s'])} | "
-                     f"{r['basis']} | {r['gpu']} | {r['stored']} |")
+                     f"{r['basis']} | {r['gpu']} | {stored_cell(r)} |")
     by = {}
     for r in rows:
         by[r["chapter"]] = by.get(r["chapter"], 0) + (r["cpu_s"] or 0)
@@ -335,6 +371,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("probe")
     p.add_argument("names", nargs="+", choices=sorted(PROBE))
     sub.add_parser("report")
+    sub.add_parser("table")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -343,6 +380,15 @@ def main(argv=None) -> int:
         for name in args.names:
             probes[name] = PROBE[name]()
             PROBES.write_text(json.dumps(probes, indent=1) + "\n")
+        return 0
+    if args.cmd == "table":  # re-render from the committed estimates and what results/ holds now
+        saved = json.loads(OUT.read_text())
+        for r in saved["rows"]:
+            if r["table"] in STORES.get(r["chapter"], ()):
+                r["stored"] = "yes"
+        OUT.write_text(json.dumps(saved, indent=1) + "\n")
+        TABLE.write_text(markdown(saved["rows"], saved["provenance"]))
+        print(TABLE.read_text())
         return 0
     from attnlib import __version__
     from attnlib._runtime import git_commit
