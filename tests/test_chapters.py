@@ -89,3 +89,13 @@ def test_chapter0_explicit_attention_matches_sdpa(summaries):
     assert s["neff_max_rel_err_selfaveraging"] < 0.1
     assert s["neff_rel_err_at_beta_star"] > s["neff_max_rel_err_selfaveraging"]
     assert s["neff_ratio_at_beta3"] > 2
+
+
+def test_chapter0_quick_run_agrees_with_the_stored_full_run(summaries):
+    s = summaries["00-attention"]
+    if "neff_full_max_z" not in s:
+        pytest.skip("no paper-scale N_eff table stored, or the chapter ran with the full profile")
+    assert s["neff_full_layers"] > 24  # the stored table is the paper-scale one
+    # max of ~24 differences in combined standard errors: above 4.5 has probability < 2e-4
+    assert s["neff_full_max_z"] < 4.5
+    assert s["neff_full_max_rel_diff"] < 0.1
