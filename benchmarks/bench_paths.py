@@ -23,7 +23,11 @@ Sections (all CPU seconds, single-threaded, ``time.process_time``):
   updates with the precomputed kernels (the same iterates up to rounding), capped at
   ``--adam-max-steps`` (a capped point makes the estimate a lower bound, which the output flags).
   Grid totals are the per-point means times 100; the ratio on the points both solvers ran is
-  reported as well;
+  reported as well. ``--images-inputs glyphs`` replaces the random inputs by real ones: chapter 4's
+  glyph episodes (P = 600 of the training pool, N0 = 49) under the attention of a network trained
+  by gradient descent with the ``quick`` image profile, with their labels; ``--adam-timed-points k``
+  also runs the reference to the end, kernel rebuilt every step, on the first k of its points and
+  reports the measured time beside the estimate;
 * ``hmc``: the chapter's collapsed HMC sampler at N = 10 (quick sizes), effective samples of the
   worst-mixing entry of U per second, warm-up included.
 
@@ -122,6 +126,22 @@ def random_image_task(P: int = 600, n_tok: int = 48, n0: int = 192, heads: int =
     return ap.scaled_features(xi), y
 
 
+def glyph_image_task(P: int = 600, seed: int = 0):
+    """The chapter's glyph task at P training episodes: the attention of a network trained by
+    gradient descent with the ``quick`` image profile (training seed ``seed``), its path features
+    of the first P episodes of the training pool, and their labels (N0 = 49, 48 tokens, 16 paths)."""
+    icfg = ap.IMAGE_PROFILES["quick"]
+    glyphs = attnlib.glyphs.make_glyphs(icfg.glyphs)
+    g = torch.Generator().manual_seed(seed + 7)  # the chapter's data generator
+    pool = ap.make_episodes(glyphs, icfg.n_pool, "train", g, icfg.patch)
+    nets, _ = ap.train_icl_nets(icfg, pool.x, pool.y, [torch.Generator().manual_seed(100 + seed)], [seed])
+    tr = pool[:P]
+    with torch.no_grad():
+        attn = [A.double() for A in nets[0].attention(tr.x.float())]
+        xi = ap.path_features(tr.x, attn, "mean")
+    return ap.scaled_features(xi), tr.y
+
+
 def adam_steps_and_cost(act: ap.PathAction, lr: float, max_steps: int, cost_steps: int = 10):
     """Adam's steps to the tolerance (precomputed kernels) and its CPU cost per step (kernel rebuilt)."""
     _, steps, _, ok = ap.adam_raw_solve(act, lr=lr, tol=TOL, max_steps=max_steps)
@@ -131,8 +151,14 @@ def adam_steps_and_cost(act: ap.PathAction, lr: float, max_steps: int, cost_step
     return steps, ok, per / cost_steps
 
 
-def bench_images(adam_points: int, adam_max_steps: int, budget_s: float, seed: int = 0) -> dict:
-    xt, y = random_image_task()
+def bench_images(
+    adam_points: int, adam_max_steps: int, budget_s: float, seed: int = 0, inputs: str = "random",
+    adam_timed_points: int = 0,
+) -> dict:
+    if inputs == "glyphs":
+        (xt, y), train_s = cpu(glyph_image_task)
+    else:
+        xt, y = random_image_task()
     (base, setup) = cpu(lambda: ap.PathAction(xt, y, [4, 4], [10, 10, 10], 0.1))
     grid = [(N, T) for N in IMAGE_WIDTHS for T in IMAGE_TEMPS]
     order = np.random.default_rng(seed).permutation(len(grid))  # uniform sample of the grid
@@ -166,17 +192,25 @@ def bench_images(adam_points: int, adam_max_steps: int, budget_s: float, seed: i
     adam_rows = []
     for r in rows[:adam_points]:
         steps, ok, per = adam_steps_and_cost(action(r["N"], r["T"]), 0.008, adam_max_steps)
-        adam_rows.append(
-            dict(
-                N=r["N"],
-                T=r["T"],
-                adam_steps=steps,
-                adam_converged=ok,
-                adam_cpu_s_per_step=per,
-                adam_cpu_s_estimated=steps * per,
-                ours_cpu_s=r["ours_cpu_s"],
-            )
+        row = dict(
+            N=r["N"],
+            T=r["T"],
+            adam_steps=steps,
+            adam_converged=ok,
+            adam_cpu_s_per_step=per,
+            adam_cpu_s_estimated=steps * per,
+            ours_cpu_s=r["ours_cpu_s"],
         )
+        if len(adam_rows) < adam_timed_points:  # the authors' loop timed to the end, kernel rebuilt
+            ref = copy.copy(action(r["N"], r["T"]))
+            ref.C = None
+            (_, steps_t, _, ok_t), sec_t = cpu(
+                lambda ref=ref: ap.adam_raw_solve(ref, lr=0.008, tol=TOL, max_steps=adam_max_steps)
+            )
+            row.update(adam_cpu_s_timed=sec_t, adam_steps_timed=steps_t, adam_converged_timed=ok_t)
+            print(f"images adam (timed) N {r['N']:>5} T {r['T']:<5}: {steps_t} steps, {sec_t:.0f} s",
+                  flush=True)
+        adam_rows.append(row)
         print(
             f"images adam N {r['N']:>5} T {r['T']:<5}: {steps} steps{'' if ok else ' (cap)'}, "
             f"{per * 1e3:.0f} ms/step -> {steps * per:.0f} s",
@@ -185,7 +219,19 @@ def bench_images(adam_points: int, adam_max_steps: int, budget_s: float, seed: i
     ours_mean = float(np.mean([r["ours_cpu_s"] for r in rows]))
     adam_mean = float(np.mean([r["adam_cpu_s_estimated"] for r in adam_rows]))
     common = sum(r["adam_cpu_s_estimated"] for r in adam_rows) / sum(r["ours_cpu_s"] for r in adam_rows)
+    timed = [r for r in adam_rows if "adam_cpu_s_timed" in r]
+    extra = {}
+    if timed:
+        extra = {
+            "adam_timed_over_estimated": sum(r["adam_cpu_s_timed"] for r in timed)
+            / sum(r["adam_cpu_s_estimated"] for r in timed),
+            "speedup_on_timed_points": sum(r["adam_cpu_s_timed"] for r in timed)
+            / sum(r["ours_cpu_s"] for r in timed),
+        }
+    if inputs == "glyphs":
+        extra["glyph_net_training_cpu_s"] = train_s
     return {
+        **extra,
         "points": rows,
         "adam_points": adam_rows,
         "setup_cpu_s": setup,
@@ -199,18 +245,47 @@ def bench_images(adam_points: int, adam_max_steps: int, budget_s: float, seed: i
         "adam_is_lower_bound": any(not r["adam_converged"] for r in adam_rows),
         "speedup_on_common_points": common,
         "speedup_grid_estimated": adam_mean * len(grid) / (setup + ours_mean * len(grid)),
-        "P": 600,
+        "P": int(xt.shape[0]),
         "n_paths": 16,
         "n_tok": 48,
-        "N0": 192,
+        "N0": int(xt.shape[-1]),
         "widths": IMAGE_WIDTHS,
         "temperatures": IMAGE_TEMPS,
         "adam_lr": 0.008,
         "adam_max_steps": adam_max_steps,
         "budget_s": budget_s,
         "sample_seed": seed,
-        "inputs": "random sequences of the image task's shapes, random heads, labels from a random read-out",
+        "inputs": (
+            "chapter 4's glyph episodes (quick image profile, N0 = 49) under the attention of a network "
+            "trained by gradient descent (training seed 0), labels of the episodes"
+            if inputs == "glyphs"
+            else "random sequences of the image task's shapes, random heads, labels from a random read-out"
+        ),
     }
+
+
+def bench_images_at(points: list[tuple[int, float]], max_steps: int, inputs: str = "glyphs") -> dict:
+    """Both solvers timed to the end at chosen grid points: ours, and the reference with the kernel
+    rebuilt every step (capped at ``max_steps``; a capped time is a lower bound)."""
+    if inputs == "glyphs":
+        xt, y = glyph_image_task()
+    else:
+        xt, y = random_image_task()
+    rows = []
+    for N, T in points:
+        act = ap.PathAction(xt, y, [4, 4], [N, N, N], T)
+        (sol, gmax), ours = cpu(lambda act=act: ap.solve_to_tolerance(act, TOL))
+        ref = copy.copy(act)
+        ref.C = None
+        (_, steps, _, ok), adam = cpu(
+            lambda ref=ref: ap.adam_raw_solve(ref, lr=0.008, tol=TOL, max_steps=max_steps)
+        )
+        rows.append(dict(N=N, T=T, ours_cpu_s=ours, ours_grad_max=gmax, adam_cpu_s_timed=adam,
+                         adam_steps=steps, adam_converged=ok))
+        print(f"images at N {N} T {T}: ours {ours:.1f} s, adam {adam:.1f} s ({steps} steps"
+              f"{'' if ok else ', cap'})", flush=True)
+    return {"points": rows, "adam_max_steps": max_steps, "adam_lr": 0.008, "inputs": inputs,
+            "P": int(xt.shape[0]), "N0": int(xt.shape[-1])}
 
 
 def bench_hmc() -> dict:
@@ -247,6 +322,14 @@ def main(argv=None):
         default=900.0,
         help="CPU seconds for our solver on the image grid; points in random order",
     )
+    parser.add_argument("--images-inputs", choices=["random", "glyphs"], default="random")
+    parser.add_argument(
+        "--adam-timed-points", type=int, default=0,
+        help="reference points also timed to the end (kernel rebuilt)",
+    )
+    parser.add_argument(
+        "--images-at", default="", help="section images_at: grid points 'N:T,N:T' timed to the end"
+    )
     parser.add_argument("--out", default=None, help="write the results (JSON, with provenance) here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -264,7 +347,10 @@ def main(argv=None):
         out["hmc"] = bench_hmc()
         print(f"hmc: {out['hmc']['ess_per_cpu_s']:.2f} effective samples per CPU second")
     if "images" in sections:
-        out["images"] = bench_images(args.adam_points, args.adam_max_steps, args.images_budget_s)
+        out["images"] = bench_images(
+            args.adam_points, args.adam_max_steps, args.images_budget_s,
+            inputs=args.images_inputs, adam_timed_points=args.adam_timed_points,
+        )
         m = out["images"]
         print(
             f"image grid: ours {m['ours_cpu_s_grid_estimated']:.0f} s, "
@@ -273,6 +359,9 @@ def main(argv=None):
             f"{', lower bound' if m['adam_is_lower_bound'] else ''}), "
             f"speed-up {m['speedup_grid_estimated']:.0f}"
         )
+    if "images_at" in sections:
+        pts = [(int(p.split(":")[0]), float(p.split(":")[1])) for p in args.images_at.split(",") if p]
+        out["images_at"] = bench_images_at(pts, args.adam_max_steps, args.images_inputs)
     out["provenance"] = {
         "script": "benchmarks/bench_paths.py",
         "argv": " ".join(sys.argv[1:] if argv is None else argv) or "defaults",
