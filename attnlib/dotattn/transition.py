@@ -141,14 +141,14 @@ def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu
     for i in range(len(alphas)):
         nb = [j for j in (i - 1, i + 1) if 0 <= j < len(alphas) and ok[j]]
         cont.append([_state(first.iloc[j]) for j in nb])
-    if not any(cont):
-        return first
     idx = [i for i in range(len(alphas)) if cont[i] and not (failed_only and ok[i])]
-    if not idx:
-        return first
-    second = lowest_fixed_points(alphas[idx], omega, branch, config, continuation=[cont[i] for i in idx],
-                                 perturb=False, published=False, device=device)
     out = first.copy()
+    if failed_only:
+        out["moved_from"] = np.nan
+    second = (lowest_fixed_points(alphas[idx], omega, branch, config,
+                                  continuation=[cont[i] for i in idx], perturb=False,
+                                  published=False, device=device).assign(moved_from=np.nan)
+              if idx else None)
     for k, i in enumerate(idx):
         a, b = out.iloc[i], second.iloc[k]
         if bool(b.converged) and (not bool(a.converged) or b.eps_t < a.eps_t):
@@ -159,7 +159,6 @@ def lowest_on_grid(alphas, omega, branch: str, config: TheoryConfig, device="cpu
     if failed_only:
         # a point that still cycles (its rule's map jumps there) is moved in alpha by the steps
         # of MOVES that keep it between its neighbours; ``moved_from`` records the original alpha
-        out["moved_from"] = np.nan
         for i in np.flatnonzero(~out.converged.to_numpy(bool)):
             lo = alphas[i - 1] if i > 0 else 0.01
             hi = alphas[i + 1] if i + 1 < len(alphas) else np.inf
