@@ -30,3 +30,21 @@ def summaries() -> dict[str, dict]:
     return {
         ch: json.loads(_need(EXECUTED / f"{ch}.summary.json").read_text()) for ch in toc_chapters()
     }
+
+
+def myst_chapter(title: str, parameters: str, *cells: str) -> str:
+    """Text of a minimal MyST-notebook chapter (for the CLI tests): a ``parameters`` cell holding
+    ``parameters``, then one code cell per entry of ``cells``."""
+    header = ("---\njupytext:\n  text_representation: {extension: .md, format_name: myst}\n"
+              "kernelspec: {display_name: Python 3, language: python, name: python3}\n---\n")
+    blocks = [f"```{{code-cell}} python\n:tags: [parameters]\n{parameters.strip()}\n```"]
+    blocks += [f"```{{code-cell}} python\n{cell.strip()}\n```" for cell in cells]
+    return header + f"# {title}\n\n" + "\n\n".join(blocks) + "\n"
+
+
+def tiny_book(root: Path, chapter: str, text: str) -> Path:
+    """A book folder at ``root`` whose table of contents holds the one chapter ``chapter``."""
+    (root / "chapters").mkdir(parents=True)
+    (root / "chapters" / f"{chapter}.md").write_text(text)
+    (root / "_toc.yml").write_text(f"format: jb-book\nroot: intro\nchapters:\n- file: chapters/{chapter}\n")
+    return root

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from attnlib import book
 from attnlib._validation import ParameterError
 
-from .conftest import ROOT
+from .conftest import ROOT, myst_chapter
 
 
 def test_parse_parameters():
@@ -58,26 +57,8 @@ def test_every_toc_chapter_has_a_source_and_a_parameters_cell():
 def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
     chapters, executed, cache = tmp_path / "chapters", tmp_path / "executed", tmp_path / "cache"
     chapters.mkdir()
-    (chapters / "99-broken.md").write_text(textwrap.dedent(
-        """\
-        ---
-        jupytext:
-          text_representation: {extension: .md, format_name: myst}
-        kernelspec: {display_name: Python 3, language: python, name: python3}
-        ---
-        # Broken
-
-        ```{code-cell} python
-        :tags: [parameters]
-        profile = "quick"
-        device = "auto"
-        seed = 0
-        ```
-
-        ```{code-cell} python
-        value = 1 / 0
-        ```
-        """))
+    (chapters / "99-broken.md").write_text(myst_chapter(
+        "Broken", 'profile = "quick"\ndevice = "auto"\nseed = 0', "value = 1 / 0"))
     monkeypatch.setattr(book, "CHAPTERS", chapters)
     monkeypatch.setattr(book, "EXECUTED", executed)
     monkeypatch.setattr(book, "CACHE", cache)

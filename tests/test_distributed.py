@@ -23,7 +23,7 @@ import pytest
 import attnlib as al
 from attnlib import _sweep
 
-from .conftest import ROOT
+from .conftest import ROOT, myst_chapter, tiny_book
 
 pytest.importorskip("distributed")
 
@@ -182,23 +182,12 @@ def test_interrupted_driver_resumes_from_the_checkpoint(client, tmp_path):
 
 
 # ---- the chapter parameter and `attnbook run --scheduler` --------------------------------------
-CHAPTER = """\
----
-jupytext:
-  text_representation: {extension: .md, format_name: myst}
-kernelspec: {display_name: Python 3, language: python, name: python3}
----
-# Tiny, on Dask
-
-```{code-cell} python
-:tags: [parameters]
+CHAPTER = myst_chapter("Tiny, on Dask", """
 profile = "quick"
 device = "cpu"
 seed = 0
 scheduler = "serial"
-```
-
-```{code-cell} python
+""", """
 import os
 
 import attnlib as al
@@ -213,8 +202,7 @@ def point(i):  # defined in the notebook: sent to the workers by value
 res = al.sweep(point, [{"i": i} for i in range(6)], "squares", run=run, scheduler=scheduler)
 run.record(total=int(res.sq.sum()), in_kernel=int((res.pid == os.getpid()).sum()))
 run.write_summary()
-```
-"""
+""")
 
 
 @pytest.fixture
@@ -222,9 +210,7 @@ def dask_book(tmp_path, monkeypatch):
     from attnlib import book
 
     root = tmp_path / "root"
-    (root / "chapters").mkdir(parents=True)
-    (root / "chapters" / "99-dask.md").write_text(CHAPTER)
-    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: chapters/99-dask\n")
+    tiny_book(root, "99-dask", CHAPTER)
     for name, value in {
         "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
         "CACHE": root / "book" / "_cache", "BUILD": root / "_build",

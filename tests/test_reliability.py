@@ -19,26 +19,15 @@ import pytest
 
 from attnlib import book
 
-from .conftest import ROOT
+from .conftest import ROOT, myst_chapter, tiny_book
 
-TINY = """\
----
-jupytext:
-  text_representation: {extension: .md, format_name: myst}
-kernelspec: {display_name: Python 3, language: python, name: python3}
----
-# Tiny
-
-```{code-cell} python
-:tags: [parameters]
+TINY = myst_chapter("Tiny", """
 profile = "quick"  # "quick" or "full"
 device = "cpu"
 seed = 0
 n = 4              # sweep points
 flag = False       # a boolean
-```
-
-```{code-cell} python
+""", """
 import os
 import time
 
@@ -60,17 +49,13 @@ def point(i):
 res = al.sweep(point, [{"i": i} for i in range(n)], os.environ.get("TINY_SWEEP", "squares"), run=run)
 run.record(total=int(res.sq.sum()), flag=flag, is_bool=isinstance(flag, bool))
 run.write_summary()
-```
-"""
+""")
 
 QUIET = {"log": lambda *_: None}
 
 
 def _make_root(root: Path) -> Path:
-    (root / "chapters").mkdir(parents=True)
-    (root / "chapters" / "99-tiny.md").write_text(TINY)
-    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: chapters/99-tiny\n")
-    return root
+    return tiny_book(root, "99-tiny", TINY)
 
 
 @pytest.fixture
