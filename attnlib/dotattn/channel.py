@@ -88,13 +88,13 @@ def prox_newton(u1, u2, t1, t2, V, sigma2, x0=None, max_iter: int = 60, tol: flo
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007
         a1, a2, b1, b2, c1, c2, iv = x1[act], x2[act], u1[act], u2[act], t1[act], t2[act], iV[act]
-        _, (g1, g2), (h11, h12, h22) = _loss_grad_hess(a1, a2, c1, c2, sigma2)
+        ell, (g1, g2), (h11, h12, h22) = _loss_grad_hess(a1, a2, c1, c2, sigma2)
         g1 = g1 + iv * (a1 - b1)
         g2 = g2 + iv * (a2 - b2)
         keep = torch.maximum(g1.abs(), g2.abs()) >= tol
         if not bool(keep.any()):
             break
-        act, a1, a2, b1, b2, c1, c2, iv = (v[keep] for v in (act, a1, a2, b1, b2, c1, c2, iv))
+        act, a1, a2, b1, b2, c1, c2, iv, ell = (v[keep] for v in (act, a1, a2, b1, b2, c1, c2, iv, ell))
         g1, g2, h11, h12, h22 = (v[keep] for v in (g1, g2, h11, h12, h22))
         h11 = h11 + iv
         h22 = h22 + iv
@@ -107,7 +107,7 @@ def prox_newton(u1, u2, t1, t2, V, sigma2, x0=None, max_iter: int = 60, tol: flo
         det = h11 * h22 - h12 * h12
         p1 = -(h22 * g1 - h12 * g2) / det
         p2 = -(-h12 * g1 + h11 * g2) / det
-        f0 = _prox_objective(a1, a2, b1, b2, c1, c2, iv, sigma2)
+        f0 = 0.5 * iv * ((a1 - b1) ** 2 + (a2 - b2) ** 2) + ell  # _prox_objective at the point
         slope = g1 * p1 + g2 * p2
         f1 = _prox_objective(a1 + p1, a2 + p2, b1, b2, c1, c2, iv, sigma2)
         # Armijo condition; a step whose predicted decrease is below round-off is accepted
