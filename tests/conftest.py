@@ -48,3 +48,16 @@ def tiny_book(root: Path, chapter: str, text: str) -> Path:
     (root / "chapters" / f"{chapter}.md").write_text(text)
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: intro\nchapters:\n- file: chapters/{chapter}\n")
     return root
+
+
+def point_book_at(root: Path, monkeypatch) -> None:
+    """Make ``attnlib.book`` build the book folder ``root`` (its chapters, outputs, cache, site)."""
+    from attnlib import book
+
+    for name, value in {
+        "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
+        "CACHE": root / "book" / "_cache", "BUILD": root / "_build",
+        "RECORDS": root / "book" / "_cache" / "executions.json",
+        "TABLE": root / "book" / "chapters" / "execution-table.md",
+    }.items():
+        monkeypatch.setattr(book, name, value)

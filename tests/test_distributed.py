@@ -23,7 +23,7 @@ import pytest
 import attnlib as al
 from attnlib import _sweep
 
-from .conftest import ROOT, myst_chapter, tiny_book
+from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
 pytest.importorskip("distributed")
 
@@ -211,13 +211,7 @@ def dask_book(tmp_path, monkeypatch):
 
     root = tmp_path / "root"
     tiny_book(root, "99-dask", CHAPTER)
-    for name, value in {
-        "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
-        "CACHE": root / "book" / "_cache", "BUILD": root / "_build",
-        "RECORDS": root / "book" / "_cache" / "executions.json",
-        "TABLE": root / "book" / "chapters" / "execution-table.md",
-    }.items():
-        monkeypatch.setattr(book, name, value)
+    point_book_at(root, monkeypatch)
     return book
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from attnlib import book
 
-from .conftest import ROOT, myst_chapter, tiny_book
+from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
 TINY = myst_chapter("Tiny", """
 profile = "quick"  # "quick" or "full"
@@ -62,13 +62,7 @@ def _make_root(root: Path) -> Path:
 def tiny(tmp_path, monkeypatch):
     """A book tree with one tiny chapter; ``attnlib.book`` pointed at it."""
     root = _make_root(tmp_path / "root")
-    for name, value in {
-        "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
-        "CACHE": root / "book" / "_cache", "BUILD": root / "_build",
-        "RECORDS": root / "book" / "_cache" / "executions.json",
-        "TABLE": root / "book" / "chapters" / "execution-table.md",
-    }.items():
-        monkeypatch.setattr(book, name, value)
+    point_book_at(root, monkeypatch)
     for var in ("TINY_DELAY", "TINY_FAIL", "TINY_SWEEP"):
         monkeypatch.delenv(var, raising=False)
     return root
