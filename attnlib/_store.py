@@ -75,7 +75,8 @@ def _chapter_code(chapter: str) -> dict[str, str]:
 
     try:
         return book.code_hashes(chapter)
-    except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError):
+    except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError, ImportError):
+        # outside a clone (a wheel install, Colab) there is no chapter source to read
         return {}
 
 
