@@ -145,5 +145,8 @@ def test_notebook_numbers_are_the_pages_numbers(html_dir, chapter):
     figures = re.findall(r'<figure[^>]*id="([\w-]+)"[^>]*>.*?<span class="caption-number">Fig\. ([\d.]+) ',
                          html, re.S)
     assert equations or figures
-    assert {k: labels["eq"].get(k) for k, _ in equations} == dict(equations)
-    assert {k: labels["fig"].get(k) for k, _ in figures} == dict(figures)
+    # HTML ids are the labels lower-cased (docutils), e.g. fig-ch4-U -> fig-ch4-u
+    eq_labels = {k.lower(): v for k, v in labels["eq"].items()}
+    fig_labels = {k.lower(): v for k, v in labels["fig"].items()}
+    assert {k: eq_labels.get(k) for k, _ in equations} == dict(equations)
+    assert {k: fig_labels.get(k) for k, _ in figures} == dict(figures)
