@@ -138,3 +138,10 @@ def test_concentration_reaches_hundreds_of_dimensions_and_shrinks(s):
 def test_quick_profile_computes_everything_and_stores_nothing(s):
     assert s["profile"] == "quick"
     assert s["results_loaded_from_store"] and not any(s["results_loaded_from_store"].values())
+
+
+def test_aprime_alpha_c_found_or_listed(s):
+    """A' alpha_c: a positive value where the alpha range holds the crossing, else the omega is listed."""
+    found = {float(w): v for w, v in s["aprime_alpha_c_by_omega"].items()}
+    assert found and all(v > 0 for v in found.values())
+    assert not set(found) & set(s["aprime_alpha_c_none_in_range"])
