@@ -57,6 +57,12 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def results_root(results_dir: str | Path | None = None) -> Path:
+    """The result store: ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the repository's
+    ``results/``."""
+    return Path(results_dir or os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR)
+
+
 def _seal(record: Mapping[str, Any]) -> dict:
     """``record`` plus ``record_sha256``, a hash of all its other entries."""
     body = {k: v for k, v in record.items() if k != "record_sha256"}
@@ -195,9 +201,7 @@ def stored_or_compute(
     loaded table ("" when computed), also entered in the summary under ``stored_results``.
     The store is ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the repository's ``results/``.
     """
-    if results_dir is None:
-        results_dir = os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR
-    root = Path(results_dir)
+    root = results_root(results_dir)
     path = root / run.chapter / f"{name}.csv"
     wanted = _jsonable(dict(params))
     # the summary's "stored_results" (full profile only): each table loaded or stored, its note
@@ -282,9 +286,7 @@ def audit(results_dir: str | Path | None = None) -> list[dict]:
     ``error`` (``None``, or why the table or its record cannot be trusted: missing, unreadable,
     edited, lacking a field). Staleness is reported, never an error.
     """
-    if results_dir is None:
-        results_dir = os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR
-    root = Path(results_dir)
+    root = results_root(results_dir)
     if not root.exists():
         return []
     stems = {p.with_name(p.name[: -len(".provenance.json")]) for p in root.rglob("*.provenance.json")}

@@ -1064,9 +1064,9 @@ def audit_markdown(results_dir: str | Path | None = None) -> str:
 
 def audit_command(results_dir: str | None = None, log=print) -> int:
     """``attnbook audit``: print the table; 1 when a record is malformed or unreadable, else 0."""
-    from ._store import RESULTS_DIR, audit, audit_table
+    from ._store import audit, audit_table, results_root
 
-    root = Path(results_dir or os.environ.get("ATTNLIB_RESULTS_DIR") or RESULTS_DIR)
+    root = results_root(results_dir)
     rows = audit(root)
     log(f"stored results in {_rel(root)}: {len(rows)}")
     log(audit_table(rows).rstrip("\n"))
