@@ -5,8 +5,9 @@ and the browser console reported a SyntaxError on each page. Here each page's sc
 one copy of every script (same file or same inline body, in the original order).
 
 Numbers glued into the text with an exponent format (``{glue:text}`key:.1e```) are printed by
-Python as ``1.6e-03``; here each one becomes ``1.6 × 10⁻³`` (a superscript exponent), the way a
-reader writes it.
+Python as ``1.6e-03``; here each one, alone or inside a glued string, becomes ``1.6 × 10⁻³`` (a
+superscript exponent), the way a reader writes it. The book's one number formatter,
+:mod:`attnlib.fmt`, does the cutting (chapters use its ``fmt_sci`` for what they print).
 
 pydata-sphinx-theme reads the colour mode from the template variable ``default_mode``, which
 Jupyter Book leaves empty, so every page logged "Got invalid theme mode" to the console; it is
@@ -22,33 +23,28 @@ import re
 
 from docutils import nodes
 
-_EXPONENT = re.compile(r"([-+]?\d+(?:\.\d+)?)[eE]([-+]?)(\d+)")
 
+def glued_nodes(text: str) -> list[nodes.Node] | None:
+    """The nodes that replace a glued text holding numbers in exponent notation (text and
+    superscript nodes, cut by :func:`attnlib.fmt.sci_segments`); None when it holds none."""
+    from attnlib.fmt import sci_segments
 
-def scientific(text: str) -> tuple[str, str] | None:
-    """``"1.6e-03"`` -> ``("1.6 × 10", "−3")``; ``"0.0e+00"`` -> ``("0.0", "")``; else None."""
-    m = _EXPONENT.fullmatch(text.strip())
-    if m is None:
+    segments = sci_segments(text)
+    if segments == [("text", text)]:
         return None
-    mantissa, sign, digits = m.groups()
-    exponent = int(digits)
-    if exponent == 0:
-        return mantissa, ""
-    return f"{mantissa} × 10", ("\u2212" if sign == "-" else "") + str(exponent)
+    return [nodes.superscript(piece, piece) if kind == "sup" else nodes.Text(piece)
+            for kind, piece in segments]
 
 
 def _glued_exponents(app, doctree, docname):
     for node in list(doctree.findall(nodes.inline)):
         if "pasted-text" not in node.get("classes", []):
             continue
-        parts = scientific(node.astext())
-        if parts is None:
+        replacement = glued_nodes(node.astext())
+        if replacement is None:
             continue
-        base, exponent = parts
         node.children = []
-        node += nodes.Text(base)
-        if exponent:
-            node += nodes.superscript(exponent, exponent)
+        node.extend(replacement)
 
 
 def _alt_from_caption(app, doctree, docname):

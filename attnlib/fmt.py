@@ -1,0 +1,107 @@
+"""Numbers in scientific notation the way a reader writes them: ``1.9 × 10⁻⁷``, never ``1.9e-07``.
+
+One formatter for the whole book. Chapters use :func:`fmt_sci` in printed output and glued strings
+(``from attnlib.fmt import fmt_sci``); the site extension ``book/_ext/sitefixes.py`` uses
+:func:`sci_segments` to rewrite numbers glued with an exponent format (``{glue:text}`key:.1e```),
+which Python prints as ``1.6e-03``, into ``1.6 × 10`` with a superscript ``−3``.
+
+``digits`` is the number of digits after the decimal point of the mantissa, as in Python's format
+specification: ``fmt_sci(x, 1)`` shows what ``f"{x:.1e}"`` shows, typeset.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+__all__ = ["fmt_sci", "sci_parts", "sci_segments", "sci_text"]
+
+_MINUS = "\u2212"
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+#: A number in exponent notation standing alone (not part of a name such as ``x1e5``).
+_EXPONENT = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)(?!\w|\.\d)")
+_STYLES = ("text", "latex")
+
+
+def _check(x, digits: int, style: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"fmt_sci: x must be a real number, got {type(x).__name__} {x!r}")
+    if isinstance(digits, bool) or not isinstance(digits, numbers.Integral) or not 0 <= digits <= 15:
+        raise ValueError(f"fmt_sci: digits must be an integer from 0 to 15, got {digits!r}")
+    if style not in _STYLES:
+        raise ValueError(f"fmt_sci: style must be one of {_STYLES}, got {style!r}")
+    return float(x)
+
+
+def sci_parts(x, digits: int = 1) -> tuple[str, int]:
+    """``(mantissa, exponent)`` of ``x`` rounded to ``digits`` decimals of the mantissa:
+    ``sci_parts(1.94e-7, 1) == ("1.9", -7)``; ``sci_parts(9.96e-5, 1) == ("1.0", -4)``."""
+    value = _check(x, digits, "text")
+    if not math.isfinite(value):
+        raise ValueError(f"sci_parts: {value} has no mantissa and exponent")
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    return mantissa, int(exponent)
+
+
+def _join(mantissa: str, exponent: int, style: str) -> str:
+    if style == "latex":
+        return mantissa if exponent == 0 else rf"{mantissa} \times 10^{{{exponent}}}"
+    mantissa = mantissa.replace("-", _MINUS)
+    if exponent == 0:
+        return mantissa
+    return f"{mantissa} × 10" + str(exponent).translate(_SUPERSCRIPT)
+
+
+def fmt_sci(x, digits: int = 1, style: str = "text") -> str:
+    """``x`` in scientific notation with ``digits`` decimals of the mantissa.
+
+    ``style="text"`` (pages, printed output, glued strings): ``"1.9 × 10⁻⁷"``, with a true minus
+    sign and superscript digits; ``style="latex"`` (inside ``$...$`` or a glued math string):
+    ``"1.9 \\times 10^{-7}"``. An exponent of zero is left out (``fmt_sci(0.0) == "0.0"``);
+    infinities and NaN are written ``∞``, ``−∞`` and ``NaN`` (``\\infty``, ``\\mathrm{NaN}``).
+    """
+    value = _check(x, digits, style)
+    if math.isnan(value):
+        return r"\mathrm{NaN}" if style == "latex" else "NaN"
+    if math.isinf(value):
+        sign = ("-" if style == "latex" else _MINUS) if value < 0 else ""
+        return sign + (r"\infty" if style == "latex" else "∞")
+    return _join(*sci_parts(value, digits), style)
+
+
+def sci_segments(text: str) -> list[tuple[str, str]]:
+    """``text`` cut into ``("text", ...)`` and ``("sup", ...)`` pieces, every number written in
+    exponent notation (``1.6e-03``) becoming ``1.6 × 10`` followed by the superscript ``−3``.
+
+    The mantissa keeps the digits it was written with; ``0.0e+00`` becomes ``0.0``. Text without
+    such a number comes back as one ``("text", text)`` piece. The site extension builds its
+    nodes from these pieces (a superscript node for ``"sup"``).
+    """
+    out: list[tuple[str, str]] = []
+    last = 0
+    for m in _EXPONENT.finditer(text):
+        mantissa, exponent = m.group(1).replace("-", _MINUS), int(m.group(2))
+        before = text[last:m.start()] + mantissa
+        if exponent:
+            out.append(("text", before + " × 10"))
+            out.append(("sup", str(exponent).replace("-", _MINUS)))
+        else:
+            out.append(("text", before))
+        last = m.end()
+    out.append(("text", text[last:]))
+    merged: list[tuple[str, str]] = []
+    for kind, piece in out:
+        if merged and kind == "text" == merged[-1][0]:
+            merged[-1] = ("text", merged[-1][1] + piece)
+        elif piece or kind == "sup":
+            merged.append((kind, piece))
+    return merged or [("text", "")]
+
+
+def sci_text(text: str, style: str = "text") -> str:
+    """``text`` with every number in exponent notation typeset as :func:`fmt_sci` writes it
+    (mantissa digits kept): ``sci_text("residual 1.6e-03") == "residual 1.6 × 10⁻³"``."""
+    if style not in _STYLES:
+        raise ValueError(f"sci_text: style must be one of {_STYLES}, got {style!r}")
+    return _EXPONENT.sub(lambda m: _join(m.group(1), int(m.group(2)), style), text)

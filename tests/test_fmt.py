@@ -1,0 +1,93 @@
+"""The book's one number formatter (attnlib.fmt) and the site extension that uses it."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+from attnlib.fmt import fmt_sci, sci_parts, sci_segments, sci_text
+
+from .conftest import ROOT
+
+
+@pytest.mark.parametrize(("x", "digits", "text", "latex"), [
+    (1.94e-7, 1, "1.9 × 10⁻⁷", r"1.9 \times 10^{-7}"),
+    (3.036509e-20, 2, "3.04 × 10⁻²⁰", r"3.04 \times 10^{-20}"),
+    (-2.5e12, 0, "−2 × 10¹²", r"-2 \times 10^{12}"),   # round half to even, as Python's format
+    (9.96e-5, 1, "1.0 × 10⁻⁴", r"1.0 \times 10^{-4}"),  # the carry moves the exponent
+    (0.0, 1, "0.0", "0.0"),
+    (4.2, 2, "4.20", "4.20"),
+    (np.float32(1e-3), 1, "1.0 × 10⁻³", r"1.0 \times 10^{-3}"),
+    (7, 1, "7.0", "7.0"),
+])
+def test_fmt_sci_text_and_latex(x, digits, text, latex):
+    assert fmt_sci(x, digits) == text
+    assert fmt_sci(x, digits, style="latex") == latex
+    # the value shown is the value Python's own exponent format shows
+    mantissa, exponent = sci_parts(x, digits)
+    assert float(f"{mantissa}e{exponent}") == float(f"{float(x):.{digits}e}")
+
+
+def test_fmt_sci_non_finite():
+    assert fmt_sci(math.inf) == "∞" and fmt_sci(-math.inf) == "−∞" and fmt_sci(math.nan) == "NaN"
+    assert fmt_sci(-math.inf, style="latex") == r"-\infty"
+    with pytest.raises(ValueError, match="no mantissa"):
+        sci_parts(math.nan)
+
+
+@pytest.mark.parametrize(("args", "error", "match"), [
+    (("1e-3",), TypeError, "real number"),
+    ((True,), TypeError, "real number"),
+    ((1.0, -1), ValueError, "digits"),
+    ((1.0, 1.5), ValueError, "digits"),
+    ((1.0, 1, "html"), ValueError, "style"),
+])
+def test_fmt_sci_refuses_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        fmt_sci(*args)
+
+
+def test_sci_text_rewrites_every_exponent_number_and_nothing_else():
+    s = "residual 1.6e-03, gap 0.0e+00 and 2E5; keys x1e5, v1.2e3b and 10 stay."
+    assert sci_text(s) == "residual 1.6 × 10⁻³, gap 0.0 and 2 × 10⁵; keys x1e5, v1.2e3b and 10 stay."
+    assert sci_text("max 5.6e-16.") == "max 5.6 × 10⁻¹⁶."
+    assert sci_text("a -1.0e-02 b", style="latex") == r"a -1.0 \times 10^{-2} b"
+    assert sci_text("no numbers here") == "no numbers here"
+
+
+def test_sci_segments():
+    assert sci_segments("1.6e-03") == [("text", "1.6 × 10"), ("sup", "−3")]
+    assert sci_segments("0.0e+00") == [("text", "0.0")]
+    assert sci_segments("up to an error of 1.2e-05 here") == [
+        ("text", "up to an error of 1.2 × 10"), ("sup", "−5"), ("text", " here")]
+    assert sci_segments("5.6 to 7.6") == [("text", "5.6 to 7.6")]
+    assert sci_segments("") == [("text", "")]
+
+
+def _sitefixes():
+    spec = importlib.util.spec_from_file_location("sitefixes", ROOT / "book" / "_ext" / "sitefixes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_site_extension_typesets_glued_numbers_with_the_formatter():
+    from docutils import nodes
+
+    sitefixes = _sitefixes()
+    para = nodes.paragraph()
+    whole = nodes.inline("", "1.6e-03", classes=["pasted-text"])
+    inside = nodes.inline("", "up to an error of 2.0e-05", classes=["pasted-text"])
+    plain = nodes.inline("", "exactly", classes=["pasted-text"])
+    other = nodes.inline("", "3.0e-04", classes=["not-glued"])
+    para.extend([whole, nodes.Text(" and "), inside, plain, other])
+    doc = nodes.document(None, None)
+    doc += para
+    sitefixes._glued_exponents(None, doc, "page")
+    assert whole.astext() == "1.6 × 10−3"
+    assert [type(c).__name__ for c in whole.children] == ["Text", "superscript"]
+    assert inside.astext() == "up to an error of 2.0 × 10−5"
+    assert plain.astext() == "exactly" and other.astext() == "3.0e-04"
