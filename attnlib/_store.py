@@ -34,6 +34,7 @@ __all__ = [
     "audit",
     "audit_table",
     "code_changes",
+    "json_columns",
     "provenance",
     "save_result",
     "load_result",
@@ -128,12 +129,44 @@ def provenance(run: Run, params: Mapping[str, Any], wall_s: float) -> dict:
     }
 
 
+def _nested(value: Any) -> bool:
+    return isinstance(value, list | tuple | dict | torch.Tensor) or (
+        hasattr(value, "ndim") and getattr(value, "ndim", 0) > 0)
+
+
+def json_columns(df: pd.DataFrame) -> list[str]:
+    """The columns of ``df`` that hold lists, arrays or dicts (stored as JSON text, one per cell)."""
+    return [str(c) for c in df.columns if df[c].dtype == object and df[c].map(_nested).any()]
+
+
+def _encode(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    out = df.copy()
+    for c in columns:
+        out[c] = [None if v is None or (not _nested(v) and pd.isna(v)) else
+                  json.dumps(_jsonable(v), separators=(",", ":")) for v in df[c]]
+    return out
+
+
+def _decode(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    for c in columns:
+        if c in df.columns:
+            df[c] = [json.loads(v) if isinstance(v, str) else None for v in df[c]]
+    return df
+
+
 def save_result(df: pd.DataFrame, path: str | Path, record: Mapping[str, Any]) -> Path:
-    """Write ``df`` as CSV and the sealed ``record`` (with the CSV's SHA-256) beside it."""
+    """Write ``df`` as CSV and the sealed ``record`` (with the CSV's SHA-256) beside it.
+
+    Cells that hold lists, arrays or dicts (e.g. a matrix per row) are written as JSON text; the
+    record names those columns (``json_columns``) and :func:`load_result` decodes them back to
+    lists and dicts.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = df.to_csv(index=False).encode()
+    nested = json_columns(df)
+    data = _encode(df, nested).to_csv(index=False).encode()
     _atomic_write(path, data)
+    record = dict(record, json_columns=nested) if nested else dict(record)
     sealed = _seal(dict(record, sha256=_sha(data)))
     _atomic_write(path.with_suffix(".provenance.json"), (json.dumps(sealed, indent=2) + "\n").encode())
     return path
@@ -168,7 +201,15 @@ def load_result(path: str | Path) -> tuple[pd.DataFrame, dict]:
     if record.get("sha256") != _sha(data):
         raise StoredResultError(f"{_show(path)} does not match the checksum in its provenance record "
                                 f"(edited or truncated since it was stored); {fix}")
-    return pd.read_csv(io.BytesIO(data)), record
+    columns = record.get("json_columns") or []
+    if not isinstance(columns, list):
+        raise StoredResultError(f"{_show(meta)}: json_columns must be a list of column names")
+    try:
+        df = _decode(pd.read_csv(io.BytesIO(data)), [str(c) for c in columns])
+    except ValueError as err:  # json.JSONDecodeError is a ValueError
+        raise StoredResultError(f"{_show(path)}: a JSON cell of columns {columns} cannot be read "
+                                f"({err}); {fix}") from None
+    return df, record
 
 
 def result_note(record: Mapping[str, Any], stale: bool) -> str:

@@ -54,3 +54,25 @@ def test_stored_full_refuses_an_edited_table_and_flags_older_code(tmp_path):
     csv.write_text(csv.read_text().replace("0.25", "0.35"))
     with pytest.raises(_store.StoredResultError, match="table.csv"):
         al.stored_full(quick, "table", results_dir=tmp_path)
+
+
+def test_list_and_dict_cells_round_trip_through_the_store(tmp_path):
+    """Tables with a list or dict per cell (a matrix per width, per-seed curves) are stored as
+    JSON text and read back as the same lists and dicts; plain columns keep their types."""
+    full = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    df = pd.DataFrame({"N": [10, 30], "U": [[1.0, -0.5], [0.25, 2.0]],
+                       "curve": [{"a": [1, 2]}, None], "name": ["x", "y,z"]})
+    al.stored_or_compute(full, "nested", lambda: df, {"n": 2}, results_dir=tmp_path)
+    record = json.loads((tmp_path / "99-tiny" / "nested.provenance.json").read_text())
+    assert record["json_columns"] == ["U", "curve"]
+    back, _ = _store.load_result(tmp_path / "99-tiny" / "nested.csv")
+    assert back["U"].tolist() == [[1.0, -0.5], [0.25, 2.0]]
+    assert back["curve"].tolist() == [{"a": [1, 2]}, None]
+    assert back["N"].tolist() == [10, 30] and back["name"].tolist() == ["x", "y,z"]
+    again = al.stored_or_compute(full, "nested", lambda: pytest.fail("recomputed"), {"n": 2},
+                                 results_dir=tmp_path)
+    assert again["U"].tolist() == back["U"].tolist()
+    # a table without nested cells gets no json_columns entry
+    _store_full_table(tmp_path, [0.5, 0.25])
+    plain = json.loads((tmp_path / "99-tiny" / "table.provenance.json").read_text())
+    assert "json_columns" not in plain
