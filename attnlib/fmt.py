@@ -15,7 +15,7 @@ import math
 import numbers
 import re
 
-__all__ = ["fmt_sci", "sci_parts", "sci_segments", "sci_text"]
+__all__ = ["fmt_sci", "sci_parts", "sci_range", "sci_segments", "sci_text"]
 
 _MINUS = "\u2212"
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -68,6 +68,23 @@ def fmt_sci(x, digits: int = 1, style: str = "text") -> str:
         sign = ("-" if style == "latex" else _MINUS) if value < 0 else ""
         return sign + (r"\infty" if style == "latex" else "∞")
     return _join(*sci_parts(value, digits), style)
+
+
+def sci_range(lo, hi, digits: int = 1, style: str = "text", sep: str = " to ") -> str:
+    """Two numbers over one power of ten, that of the larger in magnitude: ``sci_range(5.6e-4,
+    7.6e-4) == "5.6 to 7.6 × 10⁻⁴"`` (``style="latex"``: ``"5.6\\text{ to }7.6 \\times 10^{-4}"``).
+    When both round to the same mantissa the range is that one number."""
+    a, b = _check(lo, digits, style), _check(hi, digits, style)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise ValueError(f"sci_range: both ends must be finite, got {lo!r} and {hi!r}")
+    exponent = sci_parts(max(abs(a), abs(b)), digits)[1]
+    first, second = (f"{v / 10.0 ** exponent:.{digits}f}" for v in (a, b))
+    if first == second:
+        return _join(first, exponent, style)
+    if style == "latex":
+        return _join(rf"{first}\text{{{sep}}}{second}", exponent, style)
+    first, second = first.replace("-", _MINUS), second.replace("-", _MINUS)
+    return _join(f"{first}{sep}{second}", exponent, style)
 
 
 def sci_segments(text: str) -> list[tuple[str, str]]:

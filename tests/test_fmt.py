@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from attnlib.fmt import fmt_sci, sci_parts, sci_segments, sci_text
+from attnlib.fmt import fmt_sci, sci_parts, sci_range, sci_segments, sci_text
 
 from .conftest import ROOT
 
@@ -91,3 +91,14 @@ def test_site_extension_typesets_glued_numbers_with_the_formatter():
     assert [type(c).__name__ for c in whole.children] == ["Text", "superscript"]
     assert inside.astext() == "up to an error of 2.0 × 10−5"
     assert plain.astext() == "exactly" and other.astext() == "3.0e-04"
+
+
+def test_sci_range_shares_one_power_of_ten():
+    assert sci_range(5.63e-4, 7.61e-4) == "5.6 to 7.6 × 10⁻⁴"
+    assert sci_range(4e-5, 7.6e-4, 2) == "0.40 to 7.60 × 10⁻⁴"  # the larger end sets the power
+    assert sci_range(-2e-3, 3e-3, sep="–") == "−2.0–3.0 × 10⁻³"
+    assert sci_range(5.61e-4, 5.64e-4) == "5.6 × 10⁻⁴"
+    assert sci_range(1.5, 2.5) == "1.5 to 2.5"
+    assert sci_range(5.6e-4, 7.6e-4, style="latex") == r"5.6\text{ to }7.6 \times 10^{-4}"
+    with pytest.raises(ValueError, match="finite"):
+        sci_range(1.0, math.inf)
