@@ -448,3 +448,33 @@ def test_critical_alpha_resolves_a_fragile_omega():
     work = pts[(pts.rule == row.n_nodes) & (pts.branch == "positional")].sort_values("alpha")
     slope = np.diff(work.eps_t.to_numpy()) / np.diff(work.alpha.to_numpy())
     assert np.all(slope > 0)  # the training loss grows with alpha on a branch
+
+
+def test_branch_init_rescales_the_published_starts_with_sigma():
+    # q, theta and V carry sigma^2, m does not; at the paper's sigma the start is the published one
+    for b in D.BRANCHES:
+        assert D.branch_init(b, 0.5) == D.BRANCH_INITS[b]
+        q0, m0, V0, t0 = D.BRANCH_INITS[b]
+        q, m, V, t = D.branch_init(b, 1.0)
+        assert (q, m, V, t) == pytest.approx((4 * q0, m0, 4 * V0, 4 * t0))
+        assert t * t < 1.0 * q  # still a physical state: theta^2 < rho q with rho = sigma^2
+
+
+def test_sweep_row_functions_match_the_direct_calls():
+    # the point functions that let the chapter's theory run on Dask workers return JSON-able rows
+    # (NaN as None) holding the same numbers as the direct calls
+    import json
+    from dataclasses import asdict
+
+    cfg = D.TheoryConfig(n_nodes=6)
+    rows = D.grid_rows(0.3, [1.5, 1.0], asdict(cfg), branches=["semantic"])
+    json.dumps(rows, allow_nan=False)
+    direct = D.lowest_on_grid([1.0, 1.5], 0.3, "semantic", cfg, perturb=False, failed_only=True)
+    assert [r["alpha"] for r in rows] == [1.0, 1.5]
+    assert [r["eps_t"] for r in rows] == pytest.approx(direct.eps_t.tolist(), rel=1e-12)
+    rows = D.transition_rows("c", [0.3], asdict(cfg), bracket_tol=0.05, refine_nodes=(), multistart=False)
+    json.dumps(rows, allow_nan=False)
+    root = [r for r in rows if r["table"] == "root"]
+    assert len(root) == 1 and root[0]["bracket_lo"] < root[0]["alpha"] < root[0]["bracket_hi"]
+    with pytest.raises(ValueError, match="kind"):
+        D.transition_rows("x", [0.3], cfg)

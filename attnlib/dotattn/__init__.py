@@ -50,18 +50,19 @@ from .channel import (
     test_error_theory,
 )
 from .counting import HistogramConfig, HistogramTransformer, histogram_data, train_histogram
-from .model import A_ALTERNATIVE, A_STANDARD, BRANCH_INITS, BRANCHES
+from .model import A_ALTERNATIVE, A_STANDARD, BRANCH_INITS, BRANCHES, branch_init
 from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d, sobol_gaussian
 from .reference import reference_channel_hats, reference_nodes, reference_solve, stroud_secrest_12
 from .simulation import INITS, SIM_PROFILES, SimConfig, draw_problem, fit_linear_baseline, train_attention
 from .theory import FixedPoints, TheoryConfig, find_crossing, solve_fixed_points
-from .transition import critical_alpha, lowest_fixed_points, lowest_on_grid
+from .transition import critical_alpha, grid_rows, lowest_fixed_points, lowest_on_grid, transition_rows
 
 __all__ = [
     "A_STANDARD",
     "A_ALTERNATIVE",
     "BRANCHES",
     "BRANCH_INITS",
+    "branch_init",
     "TheoryConfig",
     "FixedPoints",
     "gauss_hermite_4d",
@@ -79,6 +80,8 @@ __all__ = [
     "lowest_fixed_points",
     "lowest_on_grid",
     "critical_alpha",
+    "transition_rows",
+    "grid_rows",
     "SimConfig",
     "SIM_PROFILES",
     "INITS",

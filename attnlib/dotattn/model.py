@@ -17,4 +17,20 @@ BRANCH_INITS = {
     "trivial": (0.5, 0.0, 14.575, 0.0),
 }
 
+SIGMA_INITS = 0.5
+"""The token standard deviation at which :data:`BRANCH_INITS` were set (the paper's sigma)."""
+
+
+def branch_init(branch: str, sigma: float = SIGMA_INITS) -> tuple:
+    """The published start of ``branch`` rescaled to token standard deviation ``sigma``.
+
+    q, theta and V carry a factor sigma^2 (q = sigma^2 |Q|^2/d, theta = sigma^2 Q*.Q/d,
+    V ~ sigma^2/lambda) while m = 1.Q/d does not: the start is the same weight vector Q seen at
+    another sigma. At ``sigma = 0.5`` it is :data:`BRANCH_INITS` itself.
+    """
+    q, m, V, theta = BRANCH_INITS[branch]
+    k = (sigma / SIGMA_INITS) ** 2
+    return (q * k, m, V * k, theta * k) if k != 1.0 else (q, m, V, theta)
+
+
 _DT = torch.float64

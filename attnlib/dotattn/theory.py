@@ -11,7 +11,7 @@ import torch
 
 from .._validation import check_choice, check_float, check_int
 from .channel import channel_hats, free_entropy, prior_overlaps, test_error_theory
-from .model import _DT, A_STANDARD, BRANCH_INITS, BRANCHES
+from .model import _DT, A_STANDARD, BRANCHES, branch_init
 from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d
 
 
@@ -239,7 +239,8 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
     ----------
     alpha, omega : float or array of shape (P,)
     branch : str or list of P strings, from :data:`BRANCHES`
-    init : optional array (P, 4) of starting (q, m, V, theta); default :data:`BRANCH_INITS`.
+    init : optional array (P, 4) of starting (q, m, V, theta); default :data:`BRANCH_INITS`
+        rescaled to ``config.sigma`` (:func:`branch_init`).
     quadrature : optional ``(nodes (N, 4), weights (N,))`` replacing the product Gauss-Hermite rule
         (for instance a large Monte Carlo sample to make a reference solution); not folded.
 
@@ -252,7 +253,7 @@ def solve_fixed_points(alpha, omega, branch, config: TheoryConfig | None = None,
     alpha, omega, branch = _as_points(alpha, omega, branch)
     P = len(alpha)
     if init is None:
-        init = np.array([BRANCH_INITS[b] for b in branch])
+        init = np.array([branch_init(b, cfg.sigma) for b in branch])
     init = np.asarray(init, dtype=float)
     if init.shape != (P, 4):
         raise ValueError(f"init must have shape ({P}, 4) = (points, [q, m, V, theta]); got {init.shape}")

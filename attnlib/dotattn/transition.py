@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .channel import linear_baseline_error
-from .model import BRANCH_INITS
+from .model import branch_init
 from .theory import TheoryConfig, solve_fixed_points
 
 MOVES = (5e-4, -5e-4, 1e-3, -1e-3, 3e-3, -3e-3, 1e-2, -1e-2)
@@ -36,8 +36,9 @@ PERTURBATIONS = ((0.5, 0.6), (2.0, 0.8))
 
 
 def _starts(branch: str, extra, perturb: bool, rho: float, published: bool = True) -> list:
-    """Published start, its perturbations, and the extra (continuation) starts for one point."""
-    q, m, V, th = BRANCH_INITS[branch]
+    """Published start (rescaled to sigma = sqrt(rho), :func:`branch_init`), its perturbations, and
+    the extra (continuation) starts for one point."""
+    q, m, V, th = branch_init(branch, float(np.sqrt(rho)))
     out = [("published", (q, m, V, th))] if published else []
     for fq, fo in PERTURBATIONS if perturb else ():
         if (th * fo) ** 2 < 0.95 * rho * q * fq:
@@ -531,3 +532,65 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
     if "moved_from" not in kept:
         kept["moved_from"] = np.nan
     return pd.DataFrame(rows), kept
+
+
+def _rows(df: pd.DataFrame) -> list[dict]:
+    """A frame as JSON-able rows for :func:`attnlib.sweep` (NaN and NA as None)."""
+    df = df.astype(object).where(df.notna(), None)
+    return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
+            for r in df.to_dict("records")]
+
+
+def _theory_config(config) -> TheoryConfig:
+    if isinstance(config, TheoryConfig):
+        return config
+    config = dict(config)
+    config["A"] = tuple(tuple(float(v) for v in row) for row in config.get("A", ()))
+    return TheoryConfig(**config)
+
+
+def transition_rows(kind: str, omegas, config, bracket_tol: float = 0.01, refine_nodes=(10, 12),
+                    multistart: bool = True, rebracket_tries: int = 2, device="cpu") -> list[dict]:
+    """alpha_c (``kind="c"``) or alpha_l (``kind="l"``) at ``omegas`` as JSON-able rows: a point
+    function for :func:`attnlib.sweep`, so that groups of omegas run side by side on Dask workers.
+
+    Runs :func:`critical_alpha` from the published tables (plus 0.02) as first guesses; returns the
+    rows of its ``crit`` frame with ``table="root"``, then those of its ``points`` frame with
+    ``table="points"`` (NaN as None). ``config`` is a :class:`TheoryConfig` or its ``asdict``.
+    Each omega's search is independent of the others, so splitting the omegas into groups gives
+    the same table as one call.
+    """
+    from .reference import PUBLISHED_ALPHA_C, PUBLISHED_ALPHA_L
+
+    if kind not in ("c", "l"):
+        raise ValueError(f"kind must be 'c' (alpha_c) or 'l' (alpha_l); got {kind!r}")
+    table = PUBLISHED_ALPHA_C if kind == "c" else PUBLISHED_ALPHA_L
+    ws = sorted(table)
+
+    def guess(w):  # only the first bracket; the search moves it until it brackets the root
+        return float(np.interp(w, ws, [table[k] for k in ws])) + 0.02
+
+    crit, pts = critical_alpha(omegas, _theory_config(config), guess, kind=kind,
+                               bracket_tol=bracket_tol, multistart=multistart,
+                               refine_nodes=tuple(refine_nodes), rebracket_tries=rebracket_tries,
+                               device=device)
+    return _rows(pd.concat([crit.assign(table="root"), pts.assign(table="points")], ignore_index=True))
+
+
+def grid_rows(omega: float, alphas, config, branches=("positional", "semantic"), repair: bool = True,
+              device="cpu") -> list[dict]:
+    """Branches at one omega on an alpha grid as JSON-able rows (a point function for
+    :func:`attnlib.sweep`). ``repair=True``: :func:`lowest_on_grid` from the published starts,
+    points that fail solved again from their neighbours and, if still failing, moved off a jump of
+    the proximal point (column ``moved_from``); ``repair=False``: :func:`lowest_fixed_points` from
+    the published starts only (a point that fails is retried with stronger damping, then kept
+    unconverged)."""
+    cfg = _theory_config(config)
+    alphas = [float(a) for a in alphas]
+    if repair:
+        parts = [lowest_on_grid(alphas, float(omega), b, cfg, perturb=False, failed_only=True,
+                                device=device) for b in branches]
+    else:
+        parts = [lowest_fixed_points(alphas, float(omega), b, cfg, perturb=False, device=device)
+                 .assign(moved_from=np.nan) for b in branches]
+    return _rows(pd.concat(parts, ignore_index=True))
