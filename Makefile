@@ -26,11 +26,12 @@ test: book
 test-colab: $(STAMP)
 	ATTNBOOK_TEST_COLAB=all $(BIN)/python -m pytest tests/test_colab.py
 
-## the book as a PDF through Jupyter Book's LaTeX builder (needs TeX Live with latexmk and
-## xelatex; not part of CI, not tried on a machine without TeX): the PDF lands in _build/pdf/_build/latex/
+## the book as a PDF through Jupyter Book's LaTeX builder (XeLaTeX): needs TeX Live, e.g. on Debian
+## `apt-get install texlive-xetex texlive-latex-extra texlive-fonts-recommended latexmk fonts-freefont-otf`;
+## not part of CI. Staged apart from the site (_build/pdf/src); the PDF is _build/pdf/_build/latex/book.pdf
 pdf: book
-	$(BIN)/python -c "from attnlib.book import stage_site, toc_chapters; stage_site(toc_chapters())"
-	$(BIN)/jupyter-book build _build/src --path-output _build/pdf --builder pdflatex
+	$(BIN)/python book/_ext/stage_pdf.py
+	$(BIN)/jupyter-book build _build/pdf/src --path-output _build/pdf --builder pdflatex
 
 lint: $(STAMP)
 	$(BIN)/ruff check attnlib tests benchmarks

@@ -15,13 +15,23 @@ set to ``auto`` (follow the reader's system setting).
 
 Each figure's image gets its caption as alt text (Sphinx would write the file name), and the
 top bar no longer repeats the sidebar's search field.
+
+The book's macros (``\\R``, ``\\E``, ``\\softmax``, ``\\tr``) have one definition, MathJax's
+(``mathjax3_config.tex.macros`` in ``_config.yml``); for the PDF (``make pdf``, Sphinx's LaTeX
+builder, which ignores MathJax's configuration) the same definitions are written into the LaTeX
+preamble. For the PDF too, the figures (SVG, as the chapters draw them) are converted to PDF with
+``rsvg-convert`` (Debian's ``librsvg2-bin``), and citations are made robust (a citation's
+``\\hyperlink`` broke in a figure caption's moving argument).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 from docutils import nodes
+from sphinx.transforms.post_transforms.images import ImageConverter
 
 
 def glued_nodes(text: str) -> list[nodes.Node] | None:
@@ -68,6 +78,107 @@ def _one_search_box(app, config):
     config.html_theme_options = options
 
 
+def latex_macros(mathjax3_config) -> str:
+    """LaTeX definitions of the MathJax macros of ``mathjax3_config`` (``{"tex": {"macros":
+    {"R": "\\mathbb{R}", "f": ["#1^2", 1]}}}``): one ``\\providecommand`` and ``\\renewcommand``
+    per macro, so that a name LaTeX already knows is redefined the way the pages show it."""
+    macros = ((mathjax3_config or {}).get("tex") or {}).get("macros") or {}
+    lines = []
+    for name, body in macros.items():
+        if not re.fullmatch(r"[A-Za-z]+", name):
+            raise ValueError(f"mathjax3_config macro {name!r}: only letters can name a LaTeX macro")
+        nargs = 0
+        if isinstance(body, (list, tuple)):
+            body, nargs = body[0], int(body[1]) if len(body) > 1 else 0
+        args = f"[{nargs}]" if nargs else ""
+        lines.append(rf"\providecommand{{\{name}}}{{}}\renewcommand{{\{name}}}{args}{{{body}}}")
+    return "\n".join(lines)
+
+
+#: sphinxcontrib-bibtex writes a citation as ``\\hyperlink{cite...}{Author et al., 2002}``, which
+#: is fragile: in a figure caption (a moving argument, written to the list of figures) LaTeX
+#: stopped with "Argument of \\Hy@tempa has an extra }". etoolbox makes it robust.
+ROBUST_LINKS = r"\usepackage{etoolbox}\AtBeginDocument{\robustify{\hyperlink}}"
+#: The chapters write the all-ones vector ``\\mathbb 1`` (MathJax has it); amssymb's blackboard
+#: bold has no digits, so ``1`` is taken from Latin Modern Math (Debian's ``fonts-lmodern``, a
+#: dependency of TeX Live) and every other letter from amssymb.
+BLACKBOARD_ONE = (
+    r"\newfontfamily\bookbbfont{Latin Modern Math}\let\bookamsmathbb\mathbb"
+    r"\protected\def\mathbb#1{\def\bookbbarg{#1}\def\bookbbone{1}"
+    r"\ifx\bookbbarg\bookbbone\text{\bookbbfont \U0001d7d9}\else\bookamsmathbb{#1}\fi}"
+).replace(r"\U0001d7d9", "\U0001d7d9")
+
+
+def _latex_preamble(app, config):
+    """The MathJax macros, defined for the LaTeX builder too (``make pdf``)."""
+    definitions = latex_macros(config.mathjax3_config)
+    elements = dict(config.latex_elements or {})
+    elements["preamble"] = (elements.get("preamble", "") + "\n% the book's macros (mathjax3_config)\n"
+                            + definitions + "\n" + ROBUST_LINKS + "\n" + BLACKBOARD_ONE + "\n")
+    # Sphinx titles the table of contents with the first caption of the root's toctree
+    # ("Using this book"); the PDF's is "Contents"
+    elements.setdefault("tableofcontents",
+                        r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents")
+    config.latex_elements = elements
+
+
+def latex_structure(toc: dict) -> dict[str, str]:
+    """``{docname: LaTeX to put before it}``: the parts of ``_toc.yml`` as ``\\part``, and the
+    chapter numbers of the site (only the chapters of a ``numbered`` part are numbered, from 1;
+    the others, the prologue among them, number their figures and equations 1, 2, ... as the
+    site does). Sphinx's LaTeX builder alone would number every page 1 to 12."""
+    out = {}
+    for part in toc.get("parts", []):
+        files = [str(entry["file"]) for entry in part.get("chapters", []) if "file" in entry]
+        if not files:
+            continue
+        numbered = bool(part.get("numbered"))
+        depth = r"\setcounter{secnumdepth}{2}" if numbered else (
+            r"\setcounter{secnumdepth}{-1}\setcounter{chapter}{0}")
+        caption = part.get("caption")
+        title = (r"\setcounter{secnumdepth}{-2}\part{" + caption + "}") if caption else ""
+        out[files[0]] = title + depth
+        for file in files[1:]:
+            out[file] = depth
+    return out
+
+
+def _latex_numbering(app, doctree, docname):
+    """Parts and chapter numbers of the PDF as on the site (LaTeX builder only)."""
+    if app.builder.format != "latex":
+        return
+    from pathlib import Path
+
+    import yaml
+    from sphinx import addnodes
+
+    toc_file = Path(app.srcdir) / "_toc.yml"
+    if not toc_file.exists():
+        return
+    before = latex_structure(yaml.safe_load(toc_file.read_text()))
+    # the root page's sections come first, unnumbered
+    doctree.insert(0, nodes.raw("", r"\setcounter{secnumdepth}{-1}", format="latex"))
+    for node in doctree.findall(addnodes.start_of_file):
+        latex = before.get(node.get("docname"))
+        if latex:
+            node.insert(0, nodes.raw("", latex, format="latex"))
+
+
+class SvgToPdf(ImageConverter):
+    """SVG figures to PDF for the LaTeX builder (vector, through ``rsvg-convert``)."""
+
+    default_priority = 150
+    conversion_rules = [("image/svg+xml", "application/pdf")]
+
+    def is_available(self) -> bool:
+        return shutil.which("rsvg-convert") is not None
+
+    def convert(self, _from: str, _to: str) -> bool:
+        subprocess.run(["rsvg-convert", "-f", "pdf", "-o", _to, _from], check=True,
+                       capture_output=True)
+        return True
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
     # pydata-sphinx-theme reads the colour mode from ``default_mode``, which Jupyter Book leaves
     # empty: every page then logged "Got invalid theme mode" to the console.
@@ -88,6 +199,9 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.connect("config-inited", _one_search_box)
+    app.connect("config-inited", _latex_preamble)
+    app.add_post_transform(SvgToPdf)
+    app.connect("doctree-resolved", _latex_numbering)
     app.connect("html-page-context", _dedupe_scripts)
     app.connect("doctree-resolved", _glued_exponents)
     app.connect("doctree-resolved", _alt_from_caption)
