@@ -104,7 +104,23 @@ def test_thresholds_are_cumulative_ranks(s):
     for ratio in s["rfa_half_risk_n_over_cumrank"].values():
         assert 0.7 < ratio < 2.5
     # the RFA/BRFA crossing lies past RFA's threshold, within a small multiple of it
+    assert "crossing_over_cumrank_threshold" not in s["crossings_absent"]
     assert 1.0 < s["crossing_over_cumrank_threshold"] < 4.0
+
+
+def test_crossings_are_recorded_or_listed_as_absent(s):
+    """Every crossing key is either a positive sample size (ratio) or named in crossings_absent,
+    never both, and no placeholder such as -1 stands for a missing crossing."""
+    keys = {"brfa_rfa_crossing_n", "brfa_rfa_crossing_over_block", "brfa_vs_rfa_inf_crossing_n",
+            "crossing_over_cumrank_threshold"}
+    absent = s["crossings_absent"]
+    assert isinstance(absent, list) and set(absent) <= keys
+    for key in keys:
+        assert (key in s) != (key in absent), key
+        if key in s:
+            assert s[key] > 0 and math.isfinite(s[key]), key
+    # the equal-heads flag and the list say the same thing
+    assert s["crossing_at_equal_heads"] == ("brfa_rfa_crossing_n" not in absent)
 
 
 def test_bound_terms_and_their_N_dependence(s):
