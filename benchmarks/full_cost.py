@@ -12,6 +12,17 @@ benchmark (chapter 3's theory solver, chapter 4's solvers and sampler) take it f
     .venv/bin/python benchmarks/full_cost.py probe ch1-curves ch1-mc ch1-heads ch3-gd
     .venv/bin/python benchmarks/full_cost.py report      # writes the JSON and the markdown table
     .venv/bin/python benchmarks/full_cost.py table       # the markdown table again, estimates kept
+    .venv/bin/python benchmarks/full_cost.py store 01-random-features kernel-mc max-floor
+    .venv/bin/python benchmarks/full_cost.py measured 04-attention-paths hmc-theory 21.5
+
+``store`` computes single tables of a chapter's ``full`` profile and stores them in ``results/``
+without running the whole chapter: it executes the chapter's own code (its parameter and set-up
+cells, then, for each table named in order, the statements of the cell that computes it, up to
+the call that stores it), so the stored table has exactly the key the chapter's ``full`` run
+looks for. A table already stored is loaded instead; name it first when a later table's cell
+needs the functions its cell defines. The CPU seconds it
+took (this process and its Dask workers) are written to ``benchmarks/results/full_runs.json``;
+``measured`` enters the CPU seconds of a table stored by a whole-chapter run.
 
 The last column says, per table, whether a ``full`` run stores it in ``results/`` and, where it
 is stored, the measured wall time, device and date from its provenance record (``table`` re-reads
@@ -29,6 +40,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -41,13 +53,20 @@ sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROBES = RESULTS / "full_cost_probes.json"
+MEASURED = RESULTS / "full_runs.json"  # CPU seconds of the full tables actually computed
 OUT = RESULTS / "full_cost.json"
 TABLE = ROOT / "book" / "full-cost-table.md"
 CHAPTERS = {"00": "00-attention", "01": "01-random-features", "02": "02-provable-mha",
             "03": "03-positional-semantic", "04": "04-attention-paths"}
 #: Tables that a chapter's ``full`` run stores in ``results/<chapter>/<table>.csv`` (chapter 3's
 #: rows name theirs explicitly).
-STORES = {"00": {"neff"}, "02": {"ablation", "moments", "regimes", "limit"}}
+STORES = {"00": {"neff"},
+          "01": {"kernel-mc", "kernel-curves", "samples-to-risk", "max-floor", "heads", "brfa",
+                 "crossing", "key-key"},
+          "02": {"ablation", "moments", "regimes", "limit", "hard"},
+          "04": {"hmc-theory", "two-path", "hmc-sampling"}}
+#: Tables stored in parts (one CSV per width): the table's name, then ``-N<width>``.
+PARTS = {("04", "hmc-sampling"): [10, 30, 100]}
 
 
 def _cpu(fn, **kw) -> float:
@@ -169,7 +188,7 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
 
     def row(chapter, table, points, basis, cpu_s, gpu, stored=None):
         if stored is None:
-            stored = "yes" if table in STORES.get(chapter, ()) else "no"
+            stored = "yes" if table.split(" ")[0] in STORES.get(chapter, ()) else "no"
         rows.append({"chapter": chapter, "table": table, "points": points, "basis": basis,
                      "cpu_s": None if cpu_s is None or math.isnan(cpu_s) else round(cpu_s), "gpu": gpu,
                      "stored": stored})
@@ -338,6 +357,19 @@ def stored_record(r: dict) -> dict | None:
 
 def stored_cell(r: dict) -> str:
     """The last column: stored (measured wall time, device, date), not yet, or not stored by design."""
+    parts = PARTS.get((r["chapter"], r["table"].split(" ")[0]))
+    if parts:
+        name = r["table"].split(" ")[0]
+        recs = {N: stored_record(dict(r, table=f"{name}-N{N}")) for N in parts}
+        done = [N for N, rec in recs.items() if rec is not None]
+        if not done:
+            return "not yet"
+        first = recs[done[0]]
+        wall = sum(recs[N]["wall_s"] for N in done)
+        rest = [N for N in parts if N not in done]
+        return (f"**stored** at N = {', '.join(map(str, done))} (one table per width): runs took "
+                f"{_fmt_s(wall)} wall time ({first['device_name']}, {first['date']})"
+                + (f"; N = {', '.join(map(str, rest))} not yet" if rest else ""))
     rec = stored_record(r)
     if rec is not None:
         return (f"**stored**: run took {_fmt_s(rec['wall_s'])} wall time ({rec['device_name']}, "
@@ -347,13 +379,26 @@ def stored_cell(r: dict) -> str:
     return r["stored"]
 
 
+def measured_cells(r: dict, measured: dict) -> str:
+    """Measured CPU time of the table (all its parts: a table stored per width sums them)."""
+    chapter = CHAPTERS.get(r["chapter"], "?")
+    name = r["table"].split(" ")[0]
+    parts = {k: v for k, v in measured.get(chapter, {}).items() if k == name or k.startswith(name + "-N")}
+    if not parts:
+        return "not run"
+    total = sum(v["cpu_s"] for v in parts.values())
+    what = f" ({len(parts)} of its parts)" if len(parts) > 1 else ""
+    return f"{_fmt_s(total)}{what}"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
+    measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     lines = ["| chapter | table | points | estimated CPU time (1 core) | basis | GPU worthwhile "
-             "| stored in `results/` |",
-             "| --- | --- | ---: | ---: | --- | --- | --- |"]
+             "| measured CPU time | stored in `results/` |",
+             "| --- | --- | ---: | ---: | --- | --- | ---: | --- |"]
     for r in rows:
         lines.append(f"| {r['chapter']} | {r['table']} | {r['points']} | {_fmt_s(r['cpu_s'])} | "
-                     f"{r['basis']} | {r['gpu']} | {stored_cell(r)} |")
+                     f"{r['basis']} | {r['gpu']} | {measured_cells(r, measured)} | {stored_cell(r)} |")
     by = {}
     for r in rows:
         by[r["chapter"]] = by.get(r["chapter"], 0) + (r["cpu_s"] or 0)
@@ -365,6 +410,73 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _record_measured(chapter: str, table: str, cpu_s: float, wall_s: float, how: str) -> None:
+    measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
+    measured.setdefault(chapter, {})[table] = {
+        "cpu_s": round(cpu_s, 1), "wall_s": None if wall_s is None else round(wall_s, 1), "how": how,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs"}
+    MEASURED.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
+
+
+def _cpu_tree() -> float:
+    """CPU seconds (user + system) of this process and its live descendants (Dask workers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def call_of(name: str):
+    """The call that stores table ``name`` in a chapter's code."""
+    return re.compile(r'stored_(sweep|or_compute)\(\s*(run,\s*)?"' + re.escape(name) + '"')
+
+
+def store_tables(chapter: str, names: list[str], scheduler: str) -> None:
+    """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code."""
+    import ast
+
+    import jupytext
+
+    path = ROOT / "chapters" / f"{chapter}.md"
+    if not path.exists():
+        raise SystemExit(f"no chapter {chapter!r} (chapters/{chapter}.md)")
+    cells = [c.source for c in jupytext.read(path).cells if c.cell_type == "code"]
+    tags = [c.metadata.get("tags", []) for c in jupytext.read(path).cells if c.cell_type == "code"]
+    first = next(i for i, t in enumerate(tags) if "parameters" in t)
+    targets = {}
+    for name in names:  # the cell that stores the table, before anything runs
+        hits = [i for i, src in enumerate(cells) if call_of(name).search(src)]
+        if len(hits) != 1:
+            raise SystemExit(f"{chapter}: {len(hits)} cells store a table {name!r} (need exactly one)")
+        targets[name] = hits[0]
+    ns: dict = {}
+    exec(compile(cells[first], f"{chapter}[parameters]", "exec"), ns)
+    ns.update(profile="full", scheduler=scheduler)
+    exec(compile(cells[first + 1], f"{chapter}[set-up]", "exec"), ns)
+    for name, i in targets.items():
+        tree = ast.parse(cells[i])
+        upto = next(k for k, st in enumerate(tree.body)
+                    if call_of(name).search(ast.get_source_segment(cells[i], st) or ""))
+        code = ast.Module(body=tree.body[: upto + 1], type_ignores=[])
+        stored = ROOT / "results" / chapter / f"{name}.csv"
+        before = stored.exists()  # a stored table is loaded (a later table's cell may need its names)
+        c0, t0 = _cpu_tree(), time.perf_counter()
+        exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
+        cpu, wall = _cpu_tree() - c0, time.perf_counter() - t0
+        print(f"{chapter}/{name}: {cpu:.1f} CPU s, {wall:.1f} s wall; "
+              f"{'loaded' if before else 'stored: ' + str(stored.exists())}", flush=True)
+        if not before:
+            _record_measured(chapter, name, cpu, wall, f"full_cost.py store, scheduler={scheduler}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -372,7 +484,23 @@ def main(argv=None) -> int:
     p.add_argument("names", nargs="+", choices=sorted(PROBE))
     sub.add_parser("report")
     sub.add_parser("table")
+    st = sub.add_parser("store")
+    st.add_argument("chapter")
+    st.add_argument("names", nargs="+")
+    st.add_argument("--scheduler", default="local:1")
+    me = sub.add_parser("measured")
+    me.add_argument("chapter")
+    me.add_argument("name")
+    me.add_argument("cpu_s", type=float)
+    me.add_argument("--wall-s", type=float, default=None)
+    me.add_argument("--how", default="whole-chapter full run, CPU of its process group sampled every 10 s")
     args = parser.parse_args(argv)
+    if args.cmd == "store":
+        store_tables(args.chapter, args.names, args.scheduler)
+        return 0
+    if args.cmd == "measured":
+        _record_measured(args.chapter, args.name, args.cpu_s, args.wall_s, args.how)
+        return 0
     torch.set_num_threads(1)
     RESULTS.mkdir(parents=True, exist_ok=True)
     probes = json.loads(PROBES.read_text()) if PROBES.exists() else {}
@@ -384,7 +512,7 @@ def main(argv=None) -> int:
     if args.cmd == "table":  # re-render from the committed estimates and what results/ holds now
         saved = json.loads(OUT.read_text())
         for r in saved["rows"]:
-            if r["table"] in STORES.get(r["chapter"], ()):
+            if r["table"].split(" ")[0] in STORES.get(r["chapter"], ()):
                 r["stored"] = "yes"
         OUT.write_text(json.dumps(saved, indent=1) + "\n")
         TABLE.write_text(markdown(saved["rows"], saved["provenance"]))
