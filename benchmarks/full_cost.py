@@ -439,8 +439,12 @@ def call_of(name: str):
     return re.compile(r'stored_(sweep|or_compute)\(\s*(run,\s*)?"' + re.escape(name) + '"')
 
 
-def store_tables(chapter: str, names: list[str], scheduler: str) -> None:
-    """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code."""
+def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = ()) -> None:
+    """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code.
+
+    ``defs``: names of functions defined in other cells that the tables' cells use; the whole cell
+    that defines each is executed first.
+    """
     import ast
 
     import jupytext
@@ -461,6 +465,11 @@ def store_tables(chapter: str, names: list[str], scheduler: str) -> None:
     exec(compile(cells[first], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(cells[first + 1], f"{chapter}[set-up]", "exec"), ns)
+    for fn in defs:
+        hits = [i for i, src in enumerate(cells) if re.search(rf"^def {re.escape(fn)}\(", src, re.M)]
+        if len(hits) != 1:
+            raise SystemExit(f"{chapter}: {len(hits)} cells define {fn!r} (need exactly one)")
+        exec(compile(cells[hits[0]], f"{chapter}[def {fn}]", "exec"), ns)
     for name, i in targets.items():
         tree = ast.parse(cells[i])
         upto = next(k for k, st in enumerate(tree.body)
@@ -488,6 +497,7 @@ def main(argv=None) -> int:
     st.add_argument("chapter")
     st.add_argument("names", nargs="+")
     st.add_argument("--scheduler", default="local:1")
+    st.add_argument("--defs", nargs="*", default=[], help="functions from other cells the tables need")
     me = sub.add_parser("measured")
     me.add_argument("chapter")
     me.add_argument("name")
@@ -496,7 +506,7 @@ def main(argv=None) -> int:
     me.add_argument("--how", default="whole-chapter full run, CPU of its process group sampled every 10 s")
     args = parser.parse_args(argv)
     if args.cmd == "store":
-        store_tables(args.chapter, args.names, args.scheduler)
+        store_tables(args.chapter, args.names, args.scheduler, tuple(args.defs))
         return 0
     if args.cmd == "measured":
         _record_measured(args.chapter, args.name, args.cpu_s, args.wall_s, args.how)
