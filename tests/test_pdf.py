@@ -45,3 +45,32 @@ def test_pdf_numbers_chapters_as_the_site_does():
     for file, caption in firsts.items():
         assert rf"\part{{{caption}}}" in before[file]
     assert sum(r"\part{" in latex for latex in before.values()) == len(toc["parts"])
+
+
+def test_html_tables_get_a_markdown_twin_for_latex(tmp_path):
+    """A styled DataFrame shows in LaTeX as a table, not as ``<pandas...Styler at 0x...>``."""
+    import json
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("stage_pdf", ROOT / "book" / "_ext" / "stage_pdf.py")
+    stage_pdf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage_pdf)
+    df = pd.DataFrame({"width N": [10, 30], "acc. (%)": [95.12, 94.2]}, index=["a", "b|c"])
+    shown = stage_pdf.markdown_table(df.style.format(precision=1).to_html())
+    assert shown.splitlines() == ["|   | width N | acc. (%) |", "|---|---|---|",
+                                  "| a | 10 | 95.1 |", "| b\\|c | 30 | 94.2 |"]
+    hidden = stage_pdf.markdown_table(df.style.format(precision=1).hide(axis="index").to_html())
+    assert hidden.splitlines()[0] == "| width N | acc. (%) |"
+    assert stage_pdf.markdown_table("<p>no table</p>") is None
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "data": {"text/html": df.to_html(), "text/plain": "<Styler>"}},
+        {"output_type": "display_data", "data": {
+            "application/papermill.record/text/html": df.to_html(),
+            "application/papermill.record/text/plain": "<Styler>"}}]}]}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    assert stage_pdf.add_markdown_tables(path) == 2
+    outputs = json.loads(path.read_text())["cells"][0]["outputs"]
+    assert "| a | 10 | 95.12 |" in outputs[0]["data"]["text/markdown"]
+    assert "application/papermill.record/text/markdown" in outputs[1]["data"]
