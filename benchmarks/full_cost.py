@@ -384,8 +384,8 @@ def measured_cells(r: dict, measured: dict) -> str:
     chapter = CHAPTERS.get(r["chapter"], "?")
     name = r["table"].split(" ")[0]
     parts = {k: v for k, v in measured.get(chapter, {}).items() if k == name or k.startswith(name + "-N")}
-    if not parts:
-        return "not run"
+    if not parts:  # stored by a run whose CPU time was not recorded, or not run
+        return "not recorded" if stored_cell(r).startswith("**stored**") else "not run"
     total = sum(v["cpu_s"] for v in parts.values())
     what = f" ({len(parts)} of its parts)" if len(parts) > 1 else ""
     return f"{_fmt_s(total)}{what}"
@@ -503,7 +503,8 @@ def main(argv=None) -> int:
     me.add_argument("name")
     me.add_argument("cpu_s", type=float)
     me.add_argument("--wall-s", type=float, default=None)
-    me.add_argument("--how", default="whole-chapter full run, CPU of its process group sampled every 10 s")
+    me.add_argument("--how", default="whole-chapter full run (serial), CPU of its process tree "
+                                     "sampled every 10 s")
     args = parser.parse_args(argv)
     if args.cmd == "store":
         store_tables(args.chapter, args.names, args.scheduler, tuple(args.defs))
