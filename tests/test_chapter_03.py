@@ -145,3 +145,18 @@ def test_aprime_alpha_c_found_or_listed(s):
     found = {float(w): v for w, v in s["aprime_alpha_c_by_omega"].items()}
     assert found and all(v > 0 for v in found.values())
     assert not set(found) & set(s["aprime_alpha_c_none_in_range"])
+
+
+def test_theory_phase_diagram_matches_the_root_search(s):
+    # the theory solved on the whole (alpha, omega) grid (the stored paper-scale grid in a quick
+    # build) draws the boundary that the bracketing search finds: the sign of
+    # eps_t^sem - eps_t^pos is on the side of this run's alpha_c(omega) line at nearly every cell
+    # (the cells that disagree are those next to the line), and nearly every point converged
+    n_omega, n_alpha = s["theory_grid_shape"]
+    assert n_omega >= 5 and n_alpha >= 5
+    assert s["theory_grid_fraction_converged"] >= 0.99
+    assert s["theory_grid_sign_agreement_with_alpha_c"] >= 0.95
+    # where the paper-scale alpha_l(omega) is stored, the quick search agrees with it to well
+    # below the spacing of the grid's alphas
+    if s["alpha_l_quick_vs_full_max_abs_diff"] is not None:
+        assert s["alpha_l_quick_vs_full_max_abs_diff"] < 0.02

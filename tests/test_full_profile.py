@@ -27,6 +27,9 @@ TOY_CH3 = {
     "ac_omegas": [0.3], "ac_bracket_tol": 0.05, "refine_nodes": [], "refine_nodes_l": [],
 }
 
+#: chapter 3's theory tables (benchmarks/store_dotattn_theory.py stores them on their own)
+THEORY_TABLES = ("alpha-c", "alpha-l", "theory-grid")
+
 
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
@@ -53,7 +56,12 @@ def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
         df = pd.read_csv(store / f"{name}.csv")
         assert len(df) > 0, name
         record = json.loads((store / f"{name}.provenance.json").read_text())
-        assert record["profile"] == "full" and record["params"]["sizes"]["pd_d"] == 16, name
+        assert record["profile"] == "full", name
+        if name in THEORY_TABLES:  # keyed by what the theory depends on, not by the GD sizes
+            assert record["params"]["omegas"] == TOY_CH3["ac_omegas"] and "sizes" not in record["params"]
+        else:
+            assert record["params"]["sizes"]["pd_d"] == 16, name
+    assert set(THEORY_TABLES) <= set(loaded)
     # one batch per alpha in the full profile: every simulated alpha is in the table
     gd = pd.read_csv(store / "gd-phase.csv")
     assert sorted(gd.alpha.unique()) == TOY_CH3["pd_alphas"]
