@@ -14,6 +14,8 @@ benchmark (chapter 3's theory solver, chapter 4's solvers and sampler) take it f
     .venv/bin/python benchmarks/full_cost.py table       # the markdown table again, estimates kept
     .venv/bin/python benchmarks/full_cost.py store 01-random-features kernel-mc max-floor
     .venv/bin/python benchmarks/full_cost.py measured 04-attention-paths hmc-theory 21.5
+    .venv/bin/python benchmarks/full_cost.py measured 01-random-features samples-to-risk 734 \
+        --partial "56 points finished"                      # a run stopped midway: a lower bound
 
 ``store`` computes single tables of a chapter's ``full`` profile and stores them in ``results/``
 without running the whole chapter: it executes the chapter's own code (its parameter and set-up
@@ -388,6 +390,8 @@ def measured_cells(r: dict, measured: dict) -> str:
         return "not recorded" if stored_cell(r).startswith("**stored**") else "not run"
     total = sum(v["cpu_s"] for v in parts.values())
     what = f" ({len(parts)} of its parts)" if len(parts) > 1 else ""
+    if any(v.get("partial") for v in parts.values()):  # a run stopped before the table was done
+        return f"at least {_fmt_s(total)} (stopped: {'; '.join(v['partial'] for v in parts.values())})"
     return f"{_fmt_s(total)}{what}"
 
 
@@ -410,10 +414,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _record_measured(chapter: str, table: str, cpu_s: float, wall_s: float, how: str) -> None:
+def _record_measured(chapter: str, table: str, cpu_s: float, wall_s: float, how: str,
+                     partial: str | None = None) -> None:
     measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     measured.setdefault(chapter, {})[table] = {
         "cpu_s": round(cpu_s, 1), "wall_s": None if wall_s is None else round(wall_s, 1), "how": how,
+        **({"partial": partial} if partial else {}),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs"}
     MEASURED.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
@@ -505,12 +511,14 @@ def main(argv=None) -> int:
     me.add_argument("--wall-s", type=float, default=None)
     me.add_argument("--how", default="whole-chapter full run (serial), CPU of its process tree "
                                      "sampled every 10 s")
+    me.add_argument("--partial", default=None,
+                    help="the run was stopped before the table was done: what it finished")
     args = parser.parse_args(argv)
     if args.cmd == "store":
         store_tables(args.chapter, args.names, args.scheduler, tuple(args.defs))
         return 0
     if args.cmd == "measured":
-        _record_measured(args.chapter, args.name, args.cpu_s, args.wall_s, args.how)
+        _record_measured(args.chapter, args.name, args.cpu_s, args.wall_s, args.how, args.partial)
         return 0
     torch.set_num_threads(1)
     RESULTS.mkdir(parents=True, exist_ok=True)
