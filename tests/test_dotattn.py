@@ -175,6 +175,32 @@ def test_prox_newton_stops_at_round_off():
     assert max(abs(float(g1 + (x1 - u1) / V)), abs(float(g2 + (x2 - u2) / V))) < 1e-9
 
 
+def test_fused_newton_direction_matches_the_eager_one(monkeypatch):
+    # the compiled direction (where torch.compile works) and the eager function are the same
+    # arithmetic up to contraction into fused multiply-adds
+    gen = torch.Generator().manual_seed(3)
+    x1, x2 = torch.randn(2, 5000, generator=gen, dtype=DT)  # laid out as prox_newton does
+    u1, u2, t1, t2, iV = torch.rand(5, 5000, generator=gen, dtype=DT)
+    u1, u2, iV = 4 * u1 - 2, 4 * u2 - 2, 1 / (0.5 + 30 * iV)
+    eager = C._newton_direction(x1, x2, u1, u2, t1, t2, iV, 0.25)
+    fused = C._direction("cpu")(x1, x2, u1, u2, t1, t2, iV, 0.25)
+    for e, f in zip(eager, fused, strict=True):
+        torch.testing.assert_close(f, e, rtol=1e-10, atol=1e-13)
+    # and the whole proximal map does not depend on which one runs
+    V = 1 / iV
+    ref = D.prox_newton(u1, u2, t1, t2, V, 0.25)
+    monkeypatch.setitem(C._FUSED, "cpu", None)  # None: the eager function
+    plain = D.prox_newton(u1, u2, t1, t2, V, 0.25)
+    torch.testing.assert_close(ref[0], plain[0], rtol=0, atol=1e-8)
+    torch.testing.assert_close(ref[1], plain[1], rtol=0, atol=1e-8)
+
+
+def test_compiling_can_be_switched_off(monkeypatch):
+    monkeypatch.setattr(C, "_FUSED", {})
+    monkeypatch.setenv("ATTNLIB_COMPILE", "0")
+    assert C._direction("cpu") is C._newton_direction
+
+
 def test_channel_quadrature_converges():
     # semantic state (m = 0) and positional state (theta = 0) at alpha = 1.5
     args = (_t(0.09, 0.05), _t(0.0, 0.25), _t(0.13, 0.0), _t(16.0, 14.0), _t(1.5, 1.5),
