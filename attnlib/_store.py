@@ -76,15 +76,26 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+#: Modules a chapter imports that never compute a stored number: the site build, the editions,
+#: formatting and plotting, and the store itself (a stored table is sealed by its checksum, so a
+#: change here cannot alter it unnoticed). Editing them does not make a stored result stale.
+NOT_RESULT_CODE = frozenset({
+    "attnlib/book.py", "attnlib/_colab.py", "attnlib/_edition.py", "attnlib/_store.py",
+    "attnlib/plotting.py", "attnlib/fmt.py",
+})
+
+
 def _chapter_code(chapter: str) -> dict[str, str]:
-    """``{"attnlib/<module>.py": code hash}`` of the modules chapter ``chapter`` uses ({} if unknown)."""
+    """``{"attnlib/<module>.py": code hash}`` of the modules chapter ``chapter`` uses to compute its
+    results ({} if unknown; the modules of :data:`NOT_RESULT_CODE` are left out)."""
     from . import book
 
     try:
-        return book.code_hashes(chapter)
+        code = book.code_hashes(chapter)
     except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError, ImportError):
         # outside a clone (a wheel install, Colab) there is no chapter source to read
         return {}
+    return {rel: h for rel, h in code.items() if rel not in NOT_RESULT_CODE}
 
 
 def code_changes(record: Mapping[str, Any]) -> list[str]:
@@ -92,13 +103,16 @@ def code_changes(record: Mapping[str, Any]) -> list[str]:
 
     Compares the recorded per-module hashes (``code``: the modules the chapter used, hashed by
     :func:`~attnlib._runtime.module_hash`) with the files now; a record without them is compared
-    by the hash of the whole package (``code_hash``).
+    by the hash of the whole package (``code_hash``). Modules of :data:`NOT_RESULT_CODE` are not
+    compared (older records list them too).
     """
     code = record.get("code")
     if isinstance(code, dict) and code:
         root = Path(__file__).resolve().parent.parent
         changed = []
         for rel, digest in sorted(code.items()):
+            if rel in NOT_RESULT_CODE:
+                continue
             path = root / rel
             if not path.exists():
                 changed.append(f"{rel} (removed)")

@@ -41,8 +41,10 @@ def test_committed_results_audit_clean(capsys):
 def test_provenance_records_the_modules_the_chapter_uses(tmp_path):
     csv = _store_one(tmp_path)
     record = json.loads(csv.with_suffix(".provenance.json").read_text())
-    assert "attnlib/_store.py" in record["code"] and any(m.startswith("attnlib/dotattn/")
+    assert "attnlib/_sweep.py" in record["code"] and any(m.startswith("attnlib/dotattn/")
                                                         for m in record["code"])
+    # the build, plotting and store modules never compute a stored number: not recorded
+    assert not set(record["code"]) & _store.NOT_RESULT_CODE
     assert _store.code_changes(record) == []
     [row] = _store.audit(tmp_path)
     assert row["result"] == "03-positional-semantic/table" and row["rows"] == 2
@@ -53,11 +55,21 @@ def test_changed_code_is_reported_not_an_error(tmp_path, capsys):
     csv = _store_one(tmp_path)
     meta = csv.with_suffix(".provenance.json")
     record = json.loads(meta.read_text())
-    record["code"]["attnlib/_store.py"] = "0" * 16  # produced by another version of the module
+    record["code"]["attnlib/_sweep.py"] = "0" * 16  # produced by another version of the module
     meta.write_text(json.dumps(_store._seal(record), indent=2))
     assert book.main(["audit", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "changed: attnlib/_store.py" in out and "1 produced by code that has changed" in out
+    assert "changed: attnlib/_sweep.py" in out and "1 produced by code that has changed" in out
+
+
+def test_build_only_modules_do_not_make_a_result_stale(tmp_path):
+    # an older record that lists the site-build module, produced by another version of it
+    csv = _store_one(tmp_path)
+    record = json.loads(csv.with_suffix(".provenance.json").read_text())
+    record["code"]["attnlib/book.py"] = "0" * 16
+    assert _store.code_changes(record) == []
+    record["code"]["attnlib/dotattn/theory.py"] = "0" * 16  # a model module: stale
+    assert _store.code_changes(record) == ["attnlib/dotattn/theory.py"]
 
 
 @pytest.mark.parametrize("damage", ["edited-table", "truncated-record", "missing-field", "orphan-record"])
