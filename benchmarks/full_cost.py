@@ -442,7 +442,7 @@ def _cpu_tree() -> float:
 
 def call_of(name: str):
     """The call that stores table ``name`` in a chapter's code."""
-    return re.compile(r'stored_(sweep|or_compute)\(\s*(run,\s*)?"' + re.escape(name) + '"')
+    return re.compile(r'stored_(sweep|or_compute)\(\s*(#[^\n]*\n\s*)?(run,\s*)?"' + re.escape(name) + '"')
 
 
 def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = ()) -> None:
