@@ -441,9 +441,17 @@ def critical_alpha(omegas, config: TheoryConfig, guess, half_width: float = 0.05
         # 3. multi-start at the bracket ends; resume the search if the sign pattern changes. On a
         #    refined rule the ends start from the published point and from the multi-start winners
         #    of the coarser rules (continuation in the rule): the family was chosen there, cheaply
+        #    A bracket end whose new starts all fail is moved off the jump (pass (c) of solve):
+        #    outwards freely, inwards by at most 1.5e-3, and the bracket follows it
         base = [w for w in active if rule[w] == config.n_nodes]
-        solve([(w, a, rule[w]) for w in base for a in bracket[w]], perturb=multistart)
-        solve([(w, a, rule[w]) for w in active if w not in base for a in bracket[w]], published=True)
+        ends = {**{(w, bracket[w][0]): (-np.inf, bracket[w][0] + 1.5e-3) for w in active},
+                **{(w, bracket[w][1]): (bracket[w][1] - 1.5e-3, np.inf) for w in active}}
+        moved = solve([(w, a, rule[w]) for w in base for a in bracket[w]], perturb=multistart,
+                      bounds=ends)
+        moved |= solve([(w, a, rule[w]) for w in active if w not in base for a in bracket[w]],
+                       published=True, bounds=ends)
+        for w in active:
+            bracket[w] = [moved.get((w, rule[w], a), a) for a in bracket[w]]
         lost = [w for w in active if not gap(w, bracket[w][0]) > 0 >= gap(w, bracket[w][1])]
         if lost:
             kept = rebracket(lost)
