@@ -40,6 +40,7 @@ import datetime as _dt
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -919,6 +920,9 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     except KeyboardInterrupt:
         failure = Interrupted(f"chapter {slot} was interrupted after {time.perf_counter() - t0:.0f} s",
                               f"chapter {slot} interrupted (KeyboardInterrupt or SIGTERM)")
+        # nbclient's kernel-liveness task then ends in a DeadKernelError nobody awaits; asyncio
+        # would print its traceback at exit, after the one-line message (seen on a loaded machine)
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     except Exception as err:  # kernel death, timeout, no kernel reply, ...
         text = f"{type(err).__name__}: {err}".strip().splitlines()[0][:300]
         failure = BuildError(f"chapter {slot} failed: {text}", f"chapter {slot} failed: {text}")
