@@ -441,8 +441,10 @@ def _cpu_tree() -> float:
 
 
 def call_of(name: str):
-    """The call that stores table ``name`` in a chapter's code."""
-    return re.compile(r'stored_(sweep|or_compute)\(\s*(#[^\n]*\n\s*)?(run,\s*)?"' + re.escape(name) + '"')
+    """The call that stores table ``name`` in a chapter's code (``al.stored_sweep``,
+    ``al.stored_or_compute``, or chapter 3's ``cached``, which wraps the latter)."""
+    return re.compile(r'(stored_(sweep|or_compute)|\bcached)\(\s*(#[^\n]*\n\s*)?(run,\s*)?"'
+                      + re.escape(name) + '"')
 
 
 def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = ()) -> None:
