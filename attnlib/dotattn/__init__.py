@@ -46,6 +46,7 @@ from .channel import (
     free_entropy,
     linear_baseline_error,
     prior_overlaps,
+    prox_global,
     prox_newton,
     test_error_theory,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "fold_nodes",
     "sobol_gaussian",
     "prox_newton",
+    "prox_global",
     "channel_hats",
     "prior_overlaps",
     "free_entropy",

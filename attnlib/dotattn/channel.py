@@ -197,6 +197,85 @@ def prox_newton(u1, u2, t1, t2, V, sigma2, x0=None, max_iter: int = 60, tol: flo
     return x1.reshape(shape), x2.reshape(shape), it
 
 
+def loss_minimisers(t1, t2):
+    """Starting points for the global proximal map: the global minimisers of the field-space loss.
+
+    With :math:`L_\\ell=\\mathrm{logit}\\,T_{\\ell\\ell}`, the loss vanishes where the two scores equal the
+    target logits, :math:`x_1(x_1-x_2)=L_1` and :math:`x_2(x_2-x_1)=L_2`. Their sum is
+    :math:`(x_1-x_2)^2=L_1+L_2`, so where :math:`L_1+L_2>0` the loss has exactly two zeros,
+
+    .. math:: \\pm z,\\qquad z=\\frac{(L_1,\\,-L_2)}{\\sqrt{L_1+L_2}},
+
+    mapped onto each other by :math:`x\\to-x`. Where :math:`L_1+L_2\\le 0` the loss has no zero
+    (the target is not a softmax of two scalar fields) and ``(0, 0)`` is returned with
+    ``reachable`` false. Returns ``(z1, z2, reachable)``.
+    """
+    eps = 1e-12
+    L1 = torch.logit(t1.clamp(eps, 1 - eps))
+    L2 = torch.logit(t2.clamp(eps, 1 - eps))
+    s = L1 + L2
+    reachable = s > 1e-12
+    r = torch.sqrt(torch.where(reachable, s, torch.ones_like(s)))
+    zero = torch.zeros_like(s)
+    return torch.where(reachable, L1 / r, zero), torch.where(reachable, -L2 / r, zero), reachable
+
+
+def prox_global(u1, u2, t1, t2, V, sigma2, max_iter: int = 60, tol: float = 1e-10):
+    """Global proximal map: :func:`prox_newton` from both minimisers of the loss, the lower kept.
+
+    The proximal objective :math:`\\lVert x-u\\rVert^2/2V+\\ell(x)` has one local minimum in the
+    basin of each zero :math:`\\pm z` of the loss (:func:`loss_minimisers`) when V is large, and
+    Newton's method from x = 0 (the published scheme's start) reaches either, depending on u. At
+    fixed points with V of 30 to 250 (sigma = 0.7 or lambda = 0.001) it misses the global minimum
+    at nodes carrying up to 12 % of the quadrature weight, at the main text's sigma = 0.5,
+    lambda = 0.01 up to 0.2 % (Chapter 3); the local choice jumps between basins as u moves, and
+    the averaged map with it. Both starts are run
+    as one batch of twice the size; where the loss has no zero (see :func:`loss_minimisers`) the
+    starts are the point of the diagonal nearest u (where :math:`S_{11}=S_{22}=1/2`) and the
+    origin. Where both reach the same objective value (to 1e-12, relative) the point from the
+    start nearer u is returned. Returns ``(x1, x2, n_iter)``.
+    """
+    (xa1, xa2), (xb1, xb2), wb, it = _prox_pair(u1, u2, t1, t2, V, sigma2, max_iter, tol)
+    pick = wb == 1
+    return torch.where(pick, xb1, xa1), torch.where(pick, xb2, xa2), it
+
+
+def _prox_pair(u1, u2, t1, t2, V, sigma2, max_iter=60, tol=1e-10):
+    """Both candidates of :func:`prox_global` and the weight of the second: 1 where it is lower,
+    0 where the first is, 1/2 where they tie (to 1e-12 relative in the objective).
+
+    Ties are not rare on a product rule: at the nodes with :math:`\\xi_1=\\xi_2` and
+    :math:`\\eta_1=\\eta_2` (n^2 of the n^4 nodes), :math:`u_1=u_2` and :math:`T_{11}=T_{22}`, so the
+    exchange of the two tokens maps the minimisers :math:`\\pm z` onto each other at equal
+    objective. The channel averages then take the mean of the two minimisers' integrands (the
+    value a node at the tie stands for: half its neighbourhood lies on either side), which also
+    keeps the sign symmetries of the averages exact.
+    """
+    shape = torch.broadcast_shapes(u1.shape, u2.shape, t1.shape, t2.shape, V.shape)
+    u1, u2, t1, t2, V = (v.expand(shape) for v in (u1, u2, t1, t2, V))
+    z1, z2, reachable = loss_minimisers(t1, t2)
+    flip = z1 * u1 + z2 * u2 < 0
+    z1, z2 = torch.where(flip, -z1, z1), torch.where(flip, -z2, z2)  # the zero nearer u first
+    c = 0.5 * (u1 + u2)
+    n1, n2 = torch.where(reachable, z1, c), torch.where(reachable, z2, c)
+    f1, f2 = torch.where(reachable, -z1, 0 * c), torch.where(reachable, -z2, 0 * c)
+    two = lambda a, b: torch.stack([a, b])  # noqa: E731
+    x1, x2, it = prox_newton(two(u1, u1), two(u2, u2), two(t1, t1), two(t2, t2), two(V, V), sigma2,
+                             x0=(two(n1, f1), two(n2, f2)), max_iter=max_iter, tol=tol)
+    f = _prox_objective(x1, x2, two(u1, u1), two(u2, u2), two(t1, t1), two(t2, t2), 1.0 / two(V, V),
+                        sigma2)
+    gap = f[1] - f[0]
+    tie = gap.abs() <= 1e-12 * f[0].abs()
+    wb = torch.where(tie, torch.full_like(gap, 0.5), (gap < 0).to(gap.dtype))
+    return (x1[0], x2[0]), (x1[1], x2[1]), wb, it
+
+
+PROX_STARTS = ("global", "zero", "warm")
+"""Starts of the proximal step: both loss minimisers (:func:`prox_global`, the default), x = 0
+(the published scheme's start; a local minimum at some nodes when V is large) or the previous
+iterate's proximal point."""
+
+
 def _fields(q, m, theta, sigma2, nodes):
     """Student fields u and teacher fields h* at the quadrature nodes; inputs (P,), outputs (P, N)."""
     xi1, xi2, eta1, eta2 = (nodes[:, i] for i in range(4))
@@ -211,7 +290,7 @@ def _fields(q, m, theta, sigma2, nodes):
     return u1, u2, h1, h2, s[:, 0]
 
 
-def channel_hats(q, m, theta, V, alpha, omega, sigma, A, nodes, weights, x0=None):
+def channel_hats(q, m, theta, V, alpha, omega, sigma, A, nodes, weights, x0=None, start="global"):
     """Conjugate overlaps from the channel (one damped-iteration half step), batched over points.
 
     For every point (inputs of shape ``(P,)``; ``omega`` and ``alpha`` too) with
@@ -224,6 +303,10 @@ def channel_hats(q, m, theta, V, alpha, omega, sigma, A, nodes, weights, x0=None
         \\hat\\theta=\\frac{\\alpha\\mathbb E[g_1\\eta_1+g_2\\eta_2]}{\\sqrt{\\rho-\\theta^2/q}},\\quad
         \\hat V=-\\frac{\\alpha\\mathbb E[g_1\\xi_1+g_2\\xi_2]}{\\sqrt q}+\\frac{\\theta\\hat\\theta}{q}.
 
+    The proximal points are global minimisers (``start="global"``, :func:`prox_global`), or
+    Newton's local minimum from x = 0 (``"zero"``, the published scheme) or from ``x0``
+    (``"warm"``).
+
     Returns a dict with ``qh, mh, th, Vh`` and the averages ``E_ell`` (loss at the proximal point)
     and ``E_env`` (Moreau envelope), all of shape ``(P,)``, and the proximal points ``x`` (a pair
     of ``(P, N)`` tensors) that can warm-start the next call through ``x0``.
@@ -233,20 +316,30 @@ def channel_hats(q, m, theta, V, alpha, omega, sigma, A, nodes, weights, x0=None
     om = omega[:, None]
     t1, t2 = _teacher_diag(h1, h2, om, A)
     Vc = V[:, None]
-    x1, x2, n_newton = prox_newton(u1, u2, t1, t2, Vc, sigma2, x0=x0)
-    g1 = (x1 - u1) / Vc
-    g2 = (x2 - u2) / Vc
-    w = weights
+    if start not in PROX_STARTS:
+        raise ValueError(f"start must be one of {PROX_STARTS}; got {start!r}")
     xi1, xi2, eta1, eta2 = (nodes[:, i] for i in range(4))
-    ell = sigma2 * ((torch.sigmoid(x1 * (x1 - x2)) - t1) ** 2 + (torch.sigmoid(-x2 * (x1 - x2)) - t2) ** 2)
-    E = lambda f: f @ w  # noqa: E731
-    qh = alpha * E(g1 * g1 + g2 * g2)
-    mh = alpha * E(g1 - g2)
-    th = alpha * E(g1 * eta1 + g2 * eta2) / s
-    Vh = -alpha * E(g1 * xi1 + g2 * xi2) / torch.sqrt(q) + theta * th / q
-    E_ell = E(ell)
-    E_env = E_ell + 0.5 * V * E(g1 * g1 + g2 * g2)
-    return {"qh": qh, "mh": mh, "th": th, "Vh": Vh, "E_ell": E_ell, "E_env": E_env,
+
+    def integrands(x1, x2):  # |g|^2, g1 - g2, g . eta, g . xi and the loss, at proximal points x
+        g1, g2 = (x1 - u1) / Vc, (x2 - u2) / Vc
+        a = x1 - x2
+        ell = sigma2 * ((torch.sigmoid(x1 * a) - t1) ** 2 + (torch.sigmoid(-x2 * a) - t2) ** 2)
+        return torch.stack([g1 * g1 + g2 * g2, g1 - g2, g1 * eta1 + g2 * eta2, g1 * xi1 + g2 * xi2, ell])
+
+    if start == "global":
+        xa, xb, wb, n_newton = _prox_pair(u1, u2, t1, t2, Vc, sigma2)
+        f = torch.lerp(integrands(*xa), integrands(*xb), wb)  # the mean of the two at a tie
+        x1, x2 = torch.where(wb == 1, xb[0], xa[0]), torch.where(wb == 1, xb[1], xa[1])
+    else:
+        x1, x2, n_newton = prox_newton(u1, u2, t1, t2, Vc, sigma2, x0=x0 if start == "warm" else None)
+        f = integrands(x1, x2)
+    gg, gd, ge, gx, ell = f @ weights
+    qh = alpha * gg
+    mh = alpha * gd
+    th = alpha * ge / s
+    Vh = -alpha * gx / torch.sqrt(q) + theta * th / q
+    E_env = ell + 0.5 * V * gg
+    return {"qh": qh, "mh": mh, "th": th, "Vh": Vh, "E_ell": ell, "E_env": E_env,
             "x": (x1, x2), "n_newton": n_newton}
 
 

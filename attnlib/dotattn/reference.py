@@ -199,7 +199,9 @@ def _T1(v):
 
 
 def _newton_hats(q, m, theta, V, alpha, omega, sigma, A, nodes, weights):
-    h = channel_hats(_T1(q), _T1(m), _T1(theta), _T1(V), _T1(alpha), _T1(omega), sigma, A, nodes, weights)
+    # started at x = 0 like the published BFGS (the same local minimiser), not the global prox
+    h = channel_hats(_T1(q), _T1(m), _T1(theta), _T1(V), _T1(alpha), _T1(omega), sigma, A, nodes, weights,
+                     start="zero")
     return {k: float(h[k][0]) for k in ("qh", "mh", "th", "Vh", "E_env")}
 
 

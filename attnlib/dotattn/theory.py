@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_float, check_int
-from .channel import channel_hats, free_entropy, prior_overlaps, test_error_theory
+from .channel import PROX_STARTS, channel_hats, free_entropy, prior_overlaps, test_error_theory
 from .model import _DT, A_STANDARD, BRANCHES, branch_init
 from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d
 
@@ -29,7 +29,8 @@ class TheoryConfig:
     tol_stall: float = 1e-5     # after anderson_patience iterations, stop points whose change is
                                 # below this (the quadrature map is only piecewise smooth)
     n_nodes_eg: int = 20        # nodes per dimension for the test error (no prox, cheap)
-    prox_start: str = "zero"    # "zero": Newton starts at x = 0 (reference); "warm": previous x*
+    prox_start: str = "global"  # "global": Newton from both zeros of the loss, the lower kept;
+                                # "zero": from x = 0 (the published scheme); "warm": previous x*
     anderson: int = 5           # Anderson mixing memory on top of damping (0 = plain damping)
     anderson_patience: int = 100  # after this many iterations fall back to plain damping
     fold: bool = True           # integrate over one node per orbit of the branch's symmetry group
@@ -43,7 +44,7 @@ class TheoryConfig:
         check_float("tol", self.tol, minimum=0.0, strict=True)
         check_int("max_iter", self.max_iter, minimum=1)
         check_int("n_nodes_eg", self.n_nodes_eg, minimum=2)
-        check_choice("prox_start", self.prox_start, ("warm", "zero"))
+        check_choice("prox_start", self.prox_start, PROX_STARTS)
         check_int("anderson", self.anderson, minimum=0)
         check_float("tol_stall", self.tol_stall, minimum=0.0)
 
@@ -149,7 +150,7 @@ def _solve_branch(alpha, omega, branch, init, cfg, dev, nodes, weights) -> dict:
         ix = active
         x0 = (x1[ix], x2[ix]) if warm else None
         hats = channel_hats(q[ix], m[ix], theta[ix], V[ix], al[ix], om[ix], cfg.sigma, cfg.A,
-                            nodes, weights, x0=x0)
+                            nodes, weights, x0=x0, start=cfg.prox_start)
         x1[ix], x2[ix] = hats["x"]
         mh = hats["mh"] * keep_m[ix]
         th = hats["th"] * keep_t[ix]
@@ -207,7 +208,7 @@ def _solve_branch(alpha, omega, branch, init, cfg, dev, nodes, weights) -> dict:
             break
     # final evaluation at the reached state
     hats = channel_hats(q, m, theta, V, al, om, cfg.sigma, cfg.A, nodes, weights,
-                        x0=(x1, x2) if warm else None)
+                        x0=(x1, x2) if warm else None, start=cfg.prox_start)
     hats.pop("x")
     hats.pop("n_newton")
     hats["mh"] = hats["mh"] * keep_m
