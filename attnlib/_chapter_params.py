@@ -29,7 +29,8 @@ def _chapter_source(chapter: str) -> str:
 
 
 def _kind(node: ast.AST) -> tuple[str, str | None]:
-    """What a value written in ``PROFILE_SIZES`` is: config / bool / int / float / ints / numbers."""
+    """What a value written in ``PROFILE_SIZES`` is: config / bool / int / float / ints / numbers /
+    tuples (of numbers)."""
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -43,6 +44,9 @@ def _kind(node: ast.AST) -> tuple[str, str | None]:
         if isinstance(value, float):
             return "float", None
         return "any", None
+    if isinstance(node, ast.List | ast.Tuple) and node.elts and all(
+            isinstance(e, ast.List | ast.Tuple) for e in node.elts):
+        return "tuples", None  # a list of tuples of numbers, e.g. [(0.7, 0.01)]
     if isinstance(node, ast.List | ast.Tuple):
         ints = all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
         return ("ints" if ints and node.elts else "numbers"), None
@@ -104,6 +108,14 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs) -> No
             check_int(name, value, minimum=1)
         elif kind == "float":
             check_float(name, value, minimum=0.0, strict=True)
+        elif kind == "tuples":
+            if not isinstance(value, list | tuple):
+                raise ParameterError(f"{name}={value!r} must be a list of tuples of numbers")
+            for v in value:
+                if not (isinstance(v, list | tuple) and v and all(
+                        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                        for x in v)):
+                    raise ParameterError(f"{name} entry {v!r} must be a tuple of finite numbers")
         elif kind in ("ints", "numbers"):
             if not isinstance(value, list | tuple):
                 raise ParameterError(f"{name}={value!r} must be a list")

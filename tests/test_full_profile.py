@@ -25,6 +25,8 @@ TOY_CH3 = {
     "generic_d": 16, "generic_seeds": 4, "generic_steps": 40,
     "rank2_alphas": [1.0, 2.0], "rank2_omegas": [0.2, 0.4], "slice_omegas": [0.3, 0.35],
     "ac_omegas": [0.3], "ac_bracket_tol": 0.05, "refine_nodes": [], "refine_nodes_l": [],
+    "sl_sigmas": [0.5, 0.7], "sl_lams": [0.01, 0.1], "sl_theory_alphas": [0.5, 1.5],
+    "sl_zero_start": [[0.7, 0.01]], "sl_fd_ds": [16, 24],
 }
 
 #: chapter 3's theory tables (benchmarks/store_dotattn_theory.py stores them on their own)

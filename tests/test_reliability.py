@@ -275,6 +275,7 @@ def _cases():
     yield "03-positional-semantic", "sizes={'pd_dd': 16}"
     yield "03-positional-semantic", "sizes={'sim': {'d': 0}}"
     yield "03-positional-semantic", "sizes={'pd_alphas': ['a']}"
+    yield "03-positional-semantic", "sizes={'sl_zero_start': [0.7]}"
     yield "no-such-chapter", "seed=1"
 
 
