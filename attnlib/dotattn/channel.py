@@ -228,9 +228,9 @@ def prox_global(u1, u2, t1, t2, V, sigma2, max_iter: int = 60, tol: float = 1e-1
     Newton's method from x = 0 (the published scheme's start) reaches either, depending on u. At
     fixed points with V of 30 to 250 (sigma = 0.7 or lambda = 0.001) it misses the global minimum
     at nodes carrying up to 12 % of the quadrature weight, at the main text's sigma = 0.5,
-    lambda = 0.01 up to 0.8 % (Chapter 3, where these are measured); the local choice jumps between basins as u moves, and
-    the averaged map with it. Both starts are run
-    as one batch of twice the size; where the loss has no zero (see :func:`loss_minimisers`) the
+    lambda = 0.01 up to 0.8 % (Chapter 3, where these are measured); the local choice jumps
+    between basins as u moves, and the averaged map with it. Both starts are run as one batch of
+    twice the size; where the loss has no zero (see :func:`loss_minimisers`) the
     starts are the point of the diagonal nearest u (where :math:`S_{11}=S_{22}=1/2`) and the
     origin. Where both reach the same objective value (to 1e-12, relative) the point from the
     start nearer u is returned. Returns ``(x1, x2, n_iter)``.
