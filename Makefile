@@ -15,14 +15,15 @@ $(STAMP): pyproject.toml constraints.txt
 ## execute every chapter (quick profile, cached) and build the HTML site into _build/html.
 ## On two or more cores chapter 3 (the longest) executes beside the others, one after the other,
 ## each with one thread (OMP_NUM_THREADS=1: two multi-threaded kernels on two cores slow each
-## other down many times over; the quick chapters are small enough for one core). The execution
+## other down many times over; the quick chapters are small enough for one core), and chapter 3
+## in this process (--scheduler serial: on its own it would start one Dask worker per core). The execution
 ## records are written under a lock; `attnbook build` then renders the site and executes whatever
 ## is still not current.
 LONG   := 03-positional-semantic
 OTHERS := 00-attention 01-random-features 02-provable-mha 04-attention-paths
 book: $(STAMP)
 	@if [ "$$(nproc)" -ge 2 ]; then \
-	  OMP_NUM_THREADS=1 $(BIN)/attnbook run $(LONG) & long=$$!; \
+	  OMP_NUM_THREADS=1 $(BIN)/attnbook run $(LONG) --scheduler serial & long=$$!; \
 	  rest=0; for c in $(OTHERS); do OMP_NUM_THREADS=1 $(BIN)/attnbook run $$c || rest=1; done; \
 	  wait $$long || rest=1; \
 	  if [ $$rest -ne 0 ]; then echo "a chapter failed: see its log above"; exit 1; fi; \

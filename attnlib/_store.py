@@ -77,11 +77,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 #: Modules a chapter imports that never compute a stored number: the site build, the editions,
-#: formatting and plotting, and the store itself (a stored table is sealed by its checksum, so a
-#: change here cannot alter it unnoticed). Editing them does not make a stored result stale.
+#: formatting and plotting, the store itself (a stored table is sealed by its checksum, so a
+#: change here cannot alter it unnoticed) and the sweep driver (where points run and how they are
+#: checkpointed; the numbers come from the point functions, and tests check that every scheduler
+#: returns the serial table). Editing them does not make a stored result stale.
 NOT_RESULT_CODE = frozenset({
     "attnlib/book.py", "attnlib/_colab.py", "attnlib/_edition.py", "attnlib/_store.py",
-    "attnlib/plotting.py", "attnlib/fmt.py",
+    "attnlib/plotting.py", "attnlib/fmt.py", "attnlib/_sweep.py",
 })
 
 

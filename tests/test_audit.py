@@ -41,9 +41,9 @@ def test_committed_results_audit_clean(capsys):
 def test_provenance_records_the_modules_the_chapter_uses(tmp_path):
     csv = _store_one(tmp_path)
     record = json.loads(csv.with_suffix(".provenance.json").read_text())
-    assert "attnlib/_sweep.py" in record["code"] and any(m.startswith("attnlib/dotattn/")
+    assert "attnlib/_runtime.py" in record["code"] and any(m.startswith("attnlib/dotattn/")
                                                         for m in record["code"])
-    # the build, plotting and store modules never compute a stored number: not recorded
+    # the build, plotting, store and sweep-driver modules never compute a stored number: not recorded
     assert not set(record["code"]) & _store.NOT_RESULT_CODE
     assert _store.code_changes(record) == []
     [row] = _store.audit(tmp_path)
@@ -55,11 +55,11 @@ def test_changed_code_is_reported_not_an_error(tmp_path, capsys):
     csv = _store_one(tmp_path)
     meta = csv.with_suffix(".provenance.json")
     record = json.loads(meta.read_text())
-    record["code"]["attnlib/_sweep.py"] = "0" * 16  # produced by another version of the module
+    record["code"]["attnlib/dotattn/theory.py"] = "0" * 16  # produced by another version of it
     meta.write_text(json.dumps(_store._seal(record), indent=2))
     assert book.main(["audit", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "changed: attnlib/_sweep.py" in out and "1 produced by code that has changed" in out
+    assert "changed: attnlib/dotattn/theory.py" in out and "1 produced by code that has changed" in out
 
 
 def test_build_only_modules_do_not_make_a_result_stale(tmp_path):

@@ -28,6 +28,8 @@ from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
 pytest.importorskip("distributed")
 
 LOCAL = "local:2"
+# (read before any cluster starts: starting one used to set it in this process's environment too)
+_TRIM_AT_START = os.environ.get("MALLOC_TRIM_THRESHOLD_", "unset")
 
 
 def two_rows(i: int) -> list[dict]:
@@ -94,6 +96,19 @@ def test_local_cluster_returns_the_serial_table(client, tmp_path):
     assert len(dask) == 12 and len(_lines(tmp_path / "dask.jsonl")) == 6
     # the embedded cluster is started once and reused by later sweeps of the same process
     assert _sweep._client(LOCAL) is client
+
+
+def worker_malloc_env(i: int) -> dict:
+    return {"trim": os.environ.get("MALLOC_TRIM_THRESHOLD_", "unset"), "pid": os.getpid()}
+
+
+def test_local_workers_keep_glibcs_adaptive_allocator(client, tmp_path):
+    # Dask's default MALLOC_TRIM_THRESHOLD_ turns off glibc's adaptive mmap threshold, which
+    # made the torch point functions about twice as slow on the workers: it must be unset there
+    df = al.sweep(worker_malloc_env, [{"i": i} for i in range(4)], "env", path=tmp_path / "e.jsonl",
+                  scheduler=LOCAL)
+    assert set(df.trim) == {_TRIM_AT_START}
+    assert os.getpid() not in set(df.pid)
 
 
 def test_killing_a_worker_mid_sweep_loses_no_point(client, tmp_path):
