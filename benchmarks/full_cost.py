@@ -299,10 +299,11 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
             "gd-phase probe per omega and seed x (d/1000)^2 x 70 seeds, alpha = 1.5",
             per_step / 25 / 4 * steps * 1.5 * 70 * float(((ds / 1000) ** 2).sum()), "yes",
             stored="yes")
-        # five (sigma, lambda) settings of gd-omega03; lambda = 0.001 runs 0.01 / 0.001 = 10x the steps
-        row("03", "gd-sigma-lambda (d = 1000, 5 settings of sigma or lambda, 25 alphas, 24 seeds)",
-            5 * 25 * 2 * 24, "gd-omega03 x (4 settings + 10 x the steps at lambda = 0.001)",
-            phase / 25 * 14, "yes", stored="yes")
+        # four (sigma, lambda) settings beside the main one (gd-phase's omega = 0.3 column), each
+        # like one omega of gd-phase; lambda = 0.001 runs 0.01 / 0.001 = 10x the steps
+        row("03", "gd-sigma-lambda (d = 1000, 4 settings of sigma or lambda, 25 alphas, 24 seeds)",
+            4 * 25 * 2 * 24, "one omega of gd-phase x (3 settings + 10 x the steps at lambda = 0.001)",
+            phase / 25 * 13, "yes", stored="yes")
     if "ch3-gd" in probes:
         row("03", "gd-generic (d = 100 runs; alternative-A grid at d = 1000, 25 x 25, 24 seeds)", 4,
             "gd-phase (the alternative-A grid has its sizes) + quick sweep x 140/8 seeds x "
