@@ -134,18 +134,23 @@ def probe_ch1_brfa() -> dict:
 
 
 def probe_ch3_gd() -> dict:
-    """Chapter 3 GD at d = 1000: one alpha, the 25 omegas of the phase diagram, 4 seeds, both
-    initialisations, 5 and 15 steps (the difference is the cost of 10 steps)."""
+    """Chapter 3 GD at d = 1000: one alpha, 4 seeds, both initialisations, 5 and 15 steps (the
+    difference is the cost of 10 steps), once with the 25 omegas of the phase diagram in one
+    batch and once with omega = 0.3 alone (the tables that train one omega per pass: a pass
+    reads all the data for two columns, so one omega costs more than 1/25 of the batch)."""
     from attnlib import dotattn as da
 
-    omegas = list(np.round(np.linspace(0.02, 0.5, 25), 4))
     out = {}
-    for steps in (5, 15):
-        cfg = da.SimConfig(d=1000, n_seeds=4, steps=steps, n_test=1000)
-        out[str(steps)] = _cpu(da.train_attention, alphas=[1.0], omegas=omegas, config=cfg, seed=0,
-                               device="cpu")
-        print(f"ch3-gd steps={steps}: {out[str(steps)]:.1f} CPU s", flush=True)
-    return {"cpu_s_by_steps": out, "alpha": 1.0, "omegas": 25, "seeds": 4, "d": 1000}
+    for key, omegas in (("cpu_s_by_steps", list(np.round(np.linspace(0.02, 0.5, 25), 4))),
+                        ("cpu_s_by_steps_one_omega", [0.3])):
+        out[key] = {}
+        for steps in (5, 15):
+            cfg = da.SimConfig(d=1000, n_seeds=4, steps=steps, n_test=1000)
+            out[key][str(steps)] = _cpu(da.train_attention, alphas=[1.0], omegas=omegas, config=cfg,
+                                        seed=0, device="cpu")
+            print(f"ch3-gd {len(omegas)} omegas, steps={steps}: {out[key][str(steps)]:.1f} CPU s",
+                  flush=True)
+    return {**out, "alpha": 1.0, "omegas": 25, "seeds": 4, "d": 1000}
 
 
 PROBE = {"ch1-curves": probe_ch1_curves, "ch1-mc": probe_ch1_mc, "ch1-heads": probe_ch1_heads,
@@ -292,8 +297,17 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
             f"probe: 10 GD steps at d = 1000, alpha = 1, 25 omegas x 4 seeds x 2 inits: "
             f"{per_step * 10:.1f} CPU s; x 5000 steps x 24/4 seeds x sum(alpha) (cost ~ alpha d "
             "samples)", phase, "yes (dense d = 1000 products)", stored="yes")
-        row("03", "gd-omega03 (d = 1000, 25 alphas, 24 seeds)", 25 * 2 * 24,
-            "one omega of gd-phase", phase / 25, "yes", stored="yes")
+        g1 = probes["ch3-gd"].get("cpu_s_by_steps_one_omega")
+        if g1:  # one omega per pass (gd-omega03, gd-sigma-lambda): its own probe
+            per_step1 = (g1["15"] - g1["5"]) / 10
+            one = per_step1 * steps * 24 / 4 * alphas.sum()
+            basis1 = (f"probe: 10 GD steps at d = 1000, alpha = 1, omega = 0.3 alone x 4 seeds x 2 "
+                      f"inits: {per_step1 * 10:.2f} CPU s ({per_step1 / (per_step / 25):.1f} x its "
+                      "share of the 25-omega batch); x 5000 steps x 24/4 seeds x sum(alpha)")
+        else:
+            one, basis1 = phase / 25, "one omega of gd-phase"
+        row("03", "gd-omega03 (d = 1000, 25 alphas, 24 seeds)", 25 * 2 * 24, basis1, one, "yes",
+            stored="yes")
         ds = np.array([10, 15, 23, 36, 56, 87, 135, 209, 323, 500])
         row("03", "gd-scaling (10 d <= 500, 70 seeds)", len(ds) * 70 * 2,
             "gd-phase probe per omega and seed x (d/1000)^2 x 70 seeds, alpha = 1.5",
@@ -302,8 +316,8 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
         # four (sigma, lambda) settings beside the main one (gd-phase's omega = 0.3 column), each
         # like one omega of gd-phase; lambda = 0.001 runs 0.01 / 0.001 = 10x the steps
         row("03", "gd-sigma-lambda (d = 1000, 4 settings of sigma or lambda, 25 alphas, 24 seeds)",
-            4 * 25 * 2 * 24, "one omega of gd-phase x (3 settings + 10 x the steps at lambda = 0.001)",
-            phase / 25 * 13, "yes", stored="yes")
+            4 * 25 * 2 * 24, "gd-omega03 x (3 settings + 10 x the steps at lambda = 0.001)",
+            one * 13, "yes", stored="yes")
     if "ch3-gd" in probes:
         row("03", "gd-generic (d = 100 runs; alternative-A grid at d = 1000, 25 x 25, 24 seeds)", 4,
             "gd-phase (the alternative-A grid has its sizes) + quick sweep x 140/8 seeds x "
