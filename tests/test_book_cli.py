@@ -29,6 +29,15 @@ def test_validate_parameters_rejects_unknown_names_and_values():
         book.validate_parameters("c", {"profile": "fast"}, defaults)
 
 
+def test_scheduler_auto_only_where_it_is_the_chapters_default():
+    auto = {"profile": "quick", "device": "auto", "seed": 0, "scheduler": "auto"}
+    serial = dict(auto, scheduler="serial")
+    assert book.validate_parameters("c", {}, auto)["scheduler"] == "auto"
+    assert book.validate_parameters("c", {"scheduler": "local:2"}, auto)["scheduler"] == "local:2"
+    with pytest.raises(ParameterError, match="scheduler='auto' is not one of"):
+        book.validate_parameters("c", {"scheduler": "auto"}, serial)
+
+
 def test_bad_profile_exits_at_once_with_one_line():
     proc = subprocess.run([sys.executable, "-m", "attnlib.book", "run", "00-attention",
                            "-p", "profile=fast"], capture_output=True, text=True, cwd=ROOT)

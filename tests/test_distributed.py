@@ -239,6 +239,9 @@ def test_chapter_sweeps_run_on_the_scheduler_given_on_the_command_line(client, d
     assert len(err) == 1 and "no Dask scheduler answers there" in err[0]
     assert book.main(["run", "99-dask", "-p", "scheduler=nowhere"]) == 2
     assert "scheduler='nowhere' is not one of" in capsys.readouterr().err
+    # "auto" is a chapter's own choice (chapter 3's default); a chapter without it refuses it
+    assert book.main(["run", "99-dask", "--scheduler", "auto"]) == 2
+    assert "scheduler='auto' is not one of" in capsys.readouterr().err
 
     assert book.main(["run", "99-dask", "--scheduler", client.scheduler.address]) == 0
     summary = json.loads(book.slot_paths("99-dask", "99-dask")[1].read_text())
