@@ -22,8 +22,10 @@ without running the whole chapter: it executes the chapter's own code (its param
 cells, then, for each table named in order, the statements of the cell that computes it, up to
 the call that stores it), so the stored table has exactly the key the chapter's ``full`` run
 looks for. A table already stored is loaded instead; name it first when a later table's cell
-needs the functions its cell defines. The CPU seconds it
-took (this process and its Dask workers) are written to ``benchmarks/results/full_runs.json``;
+needs the names its cell binds (``store`` checks this before it runs anything, and names the cell
+that binds a missing name; a function from a cell that stores nothing goes in ``--defs``). The
+CPU seconds it took (this process and its Dask workers) are written to
+``benchmarks/results/full_runs.json``;
 ``measured`` enters the CPU seconds of a table stored by a whole-chapter run.
 
 The last column says, per table, whether a ``full`` run stores it in ``results/`` and, where it
@@ -466,11 +468,62 @@ def call_of(name: str):
                       + re.escape(name) + '"')
 
 
-def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = ()) -> None:
-    """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code.
+def bound_names(tree) -> set[str] | None:
+    """Every name a piece of code binds (assignments, imports, defs, arguments, loop and
+    comprehension targets, at any depth); ``None`` when it star-imports (its names are unknown)."""
+    import ast
 
-    ``defs``: names of functions defined in other cells that the tables' cells use; the whole cell
-    that defines each is executed first.
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name == "*":
+                    return None
+                out.add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+    return out
+
+
+def free_names(tree) -> set[str]:
+    """Names a piece of code reads but never binds itself (it needs them from outside)."""
+    import ast
+    import builtins
+
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return used - (bound_names(tree) or set()) - set(dir(builtins))
+
+
+def _definer(cells: list[str], name: str) -> str:
+    """Where in a chapter ``name`` is bound at top level: for the error message."""
+    import ast
+
+    for i, src in enumerate(cells):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for st in tree.body:
+            if name in (bound_names(ast.Module(body=[st], type_ignores=[])) or set()):
+                first = (ast.get_source_segment(src, st) or "").splitlines()[0][:70]
+                return f"code cell {i}: `{first}`"
+    return "no cell of the chapter"
+
+
+def plan_tables(chapter: str, names: list[str], defs: tuple = ()):
+    """The code ``store`` runs for tables ``names`` of ``chapter``, checked before any of it runs.
+
+    Returns ``(setup, segments)``: the parameter and set-up cells and the cells defining ``defs``
+    (source text, in order), and per table the statements of its cell up to the call that stores
+    it. Raises ``SystemExit`` when a table has no unique storing cell, or when its statements use a
+    name that neither the set-up cells nor the tables named before it bind (that error would
+    otherwise surface only after the earlier tables had been computed).
     """
     import ast
 
@@ -479,29 +532,59 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
     path = ROOT / "chapters" / f"{chapter}.md"
     if not path.exists():
         raise SystemExit(f"no chapter {chapter!r} (chapters/{chapter}.md)")
-    cells = [c.source for c in jupytext.read(path).cells if c.cell_type == "code"]
-    tags = [c.metadata.get("tags", []) for c in jupytext.read(path).cells if c.cell_type == "code"]
-    first = next(i for i, t in enumerate(tags) if "parameters" in t)
+    code_cells = [c for c in jupytext.read(path).cells if c.cell_type == "code"]
+    cells = [c.source for c in code_cells]
+    first = next(i for i, c in enumerate(code_cells) if "parameters" in c.metadata.get("tags", []))
     targets = {}
-    for name in names:  # the cell that stores the table, before anything runs
+    for name in names:
         hits = [i for i, src in enumerate(cells) if call_of(name).search(src)]
         if len(hits) != 1:
             raise SystemExit(f"{chapter}: {len(hits)} cells store a table {name!r} (need exactly one)")
         targets[name] = hits[0]
-    ns: dict = {}
-    exec(compile(cells[first], f"{chapter}[parameters]", "exec"), ns)
-    ns.update(profile="full", scheduler=scheduler)
-    exec(compile(cells[first + 1], f"{chapter}[set-up]", "exec"), ns)
+    setup = [cells[first], cells[first + 1]]
     for fn in defs:
         hits = [i for i, src in enumerate(cells) if re.search(rf"^def {re.escape(fn)}\(", src, re.M)]
         if len(hits) != 1:
             raise SystemExit(f"{chapter}: {len(hits)} cells define {fn!r} (need exactly one)")
-        exec(compile(cells[hits[0]], f"{chapter}[def {fn}]", "exec"), ns)
+        setup.append(cells[hits[0]])
+    known: set[str] | None = {"profile", "scheduler"}  # set by store itself
+    for src in setup:
+        b = bound_names(ast.parse(src))
+        known = None if (b is None or known is None) else known | b
+    segments = {}
     for name, i in targets.items():
         tree = ast.parse(cells[i])
         upto = next(k for k, st in enumerate(tree.body)
                     if call_of(name).search(ast.get_source_segment(cells[i], st) or ""))
-        code = ast.Module(body=tree.body[: upto + 1], type_ignores=[])
+        segments[name] = ast.Module(body=tree.body[: upto + 1], type_ignores=[])
+        if known is None:  # a set-up cell star-imports: its names are unknown, nothing to check
+            continue
+        missing = sorted(free_names(segments[name]) - known)
+        if missing:
+            where = "; ".join(f"{m} is bound in {_definer(cells, m)}" for m in missing)
+            raise SystemExit(
+                f"{chapter}/{name}: its cell uses {', '.join(missing)}, which neither the parameter, "
+                f"set-up and --defs cells nor the tables named before it define ({where}). Name the "
+                "table whose cell binds it first, or the function with --defs.")
+        known |= bound_names(segments[name]) or set()
+    return setup, segments
+
+
+def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = ()) -> None:
+    """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code.
+
+    ``defs``: names of functions defined in other cells that the tables' cells use; the whole cell
+    that defines each is executed first. Everything is checked (:func:`plan_tables`) before any
+    of the chapter's code runs.
+    """
+    setup, segments = plan_tables(chapter, names, defs)
+    ns: dict = {}
+    exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
+    ns.update(profile="full", scheduler=scheduler)
+    exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
+    for fn, src in zip(defs, setup[2:], strict=True):
+        exec(compile(src, f"{chapter}[def {fn}]", "exec"), ns)
+    for name, code in segments.items():
         stored = ROOT / "results" / chapter / f"{name}.csv"
         before = stored.exists()  # a stored table is loaded (a later table's cell may need its names)
         c0, t0 = _cpu_tree(), time.perf_counter()

@@ -1,0 +1,61 @@
+"""`benchmarks/full_cost.py store`: a table whose code needs another cell is refused up front.
+
+``store`` runs a chapter's own code for single tables of its ``full`` profile, which can take
+hours. A table whose statements use a name bound only in another cell must be refused before
+any of the chapter's code runs, with a message that says which cell binds it; otherwise the
+tables named before it are computed first and the run then dies on a ``NameError``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("full_cost", ROOT / "benchmarks" / "full_cost.py")
+fc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fc)
+
+CH3 = "03-positional-semantic"
+
+
+def test_bound_and_free_names():
+    tree = ast.parse(
+        "import numpy as np\nfrom math import log\n"
+        "def f(a, *, b=1):\n    return a + b + c\n"
+        "ys = [x * k for x in range(3)]\nfor i in ys:\n    total = i\n"
+        "try:\n    pass\nexcept ValueError as err:\n    print(err)\n")
+    assert fc.bound_names(tree) == {"np", "log", "f", "a", "b", "ys", "x", "i", "total", "err"}
+    assert fc.free_names(tree) == {"c", "k"}  # builtins (range, print, ValueError) are not free
+    assert fc.bound_names(ast.parse("from os.path import *")) is None
+
+
+def test_table_needing_another_cell_is_refused_before_any_code_runs(monkeypatch):
+    ran = []
+    monkeypatch.setattr(fc, "exec", lambda *a, **k: ran.append(a), raising=False)
+    with pytest.raises(SystemExit, match=r"gd-scaling: its cell uses SIM, sim_point") as err:
+        fc.store_tables(CH3, ["gd-scaling"], "serial")
+    assert "SIM = SIZES" in str(err.value)  # it says where the missing names are bound
+    assert ran == []
+
+
+def test_naming_the_defining_table_first_passes_the_check():
+    setup, segments = fc.plan_tables(CH3, ["gd-omega03", "gd-scaling"])
+    assert list(segments) == ["gd-omega03", "gd-scaling"]
+    assert len(setup) == 2  # the parameter and set-up cells
+    assert "SIM = SIZES" in ast.unparse(segments["gd-omega03"])
+
+
+def test_every_table_of_chapter_3_in_document_order_passes():
+    tables = ["gd-omega03", "gd-scaling", "gd-phase", "gd-sigma-lambda", "gd-generic"]
+    assert list(fc.plan_tables(CH3, tables)[1]) == tables
+
+
+def test_a_missing_definition_named_with_defs_passes():
+    with pytest.raises(SystemExit, match="random_scores"):
+        fc.plan_tables("00-attention", ["neff"])
+    setup, _ = fc.plan_tables("00-attention", ["neff"], defs=("random_scores",))
+    assert "def random_scores(" in setup[2]
