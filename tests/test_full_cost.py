@@ -42,16 +42,17 @@ def test_table_needing_another_cell_is_refused_before_any_code_runs(monkeypatch)
     assert ran == []
 
 
-def test_naming_the_defining_table_first_passes_the_check():
-    setup, segments = fc.plan_tables(CH3, ["gd-omega03", "gd-scaling"])
-    assert list(segments) == ["gd-omega03", "gd-scaling"]
-    assert len(setup) == 2  # the parameter and set-up cells
-    assert "SIM = SIZES" in ast.unparse(segments["gd-omega03"])
+def test_the_simulation_cell_named_with_defs_lets_gd_scaling_be_stored_alone():
+    setup, segments = fc.plan_tables(CH3, ["gd-scaling"], defs=("sim_point",))
+    assert list(segments) == ["gd-scaling"]
+    assert "def sim_point(" in setup[2] and "cached(" not in setup[2]  # defines, computes nothing
 
 
 def test_every_table_of_chapter_3_in_document_order_passes():
     tables = ["gd-omega03", "gd-scaling", "gd-phase", "gd-sigma-lambda", "gd-generic"]
-    assert list(fc.plan_tables(CH3, tables)[1]) == tables
+    with pytest.raises(SystemExit, match="gd-omega03: its cell uses SIM, sim_point"):
+        fc.plan_tables(CH3, tables)
+    assert list(fc.plan_tables(CH3, tables, defs=("sim_point",))[1]) == tables
 
 
 def test_a_missing_definition_named_with_defs_passes():
