@@ -68,6 +68,7 @@ STORES = {"00": {"neff"},
           "01": {"kernel-mc", "kernel-curves", "samples-to-risk", "max-floor", "heads", "brfa",
                  "crossing", "key-key"},
           "02": {"ablation", "moments", "regimes", "limit", "hard"},
+          "03": {"histogram"},  # the other chapter-3 rows say so themselves (stored="yes")
           "04": {"hmc-theory", "two-path", "hmc-sampling"}}
 #: Tables stored in parts (one CSV per width): the table's name, then ``-N<width>``.
 PARTS = {("04", "hmc-sampling"): [10, 30, 100]}
@@ -394,9 +395,9 @@ def stored_cell(r: dict) -> str:
                 f"{_fmt_s(wall)} wall time ({first['device_name']}, {first['date']})"
                 + (f"; N = {', '.join(map(str, rest))} not yet" if rest else ""))
     rec = stored_record(r)
-    if rec is not None:
+    if rec is not None:  # "partial": a table stored with fewer points than the full profile's
         return (f"**stored**: run took {_fmt_s(rec['wall_s'])} wall time ({rec['device_name']}, "
-                f"{rec['date']})")
+                f"{rec['date']})" + (f"; {rec['partial']}" if rec.get("partial") else ""))
     if r["stored"].startswith("yes"):
         return "not yet" + r["stored"][3:]
     return r["stored"]
@@ -570,18 +571,59 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = ()):
     return setup, segments
 
 
-def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = ()) -> None:
+def _first_points(al, k: int) -> dict:
+    """Make the chapter's sweeps evaluate, and its store key, only the first ``k`` points.
+
+    Patches ``al.sweep`` and ``al.stored_or_compute`` in this process (``store --points``); the
+    returned dict receives the number of points the chapter asked for (``"of"``).
+    """
+    sweep, stored = al.sweep, al.stored_or_compute
+    asked: dict = {}
+
+    def sweep_k(fn, points, *args, **kw):
+        points = list(points)
+        asked["of"] = len(points)
+        return sweep(fn, points[:k], *args, **kw)
+
+    def stored_k(run, name, compute, params, **kw):
+        if "points" not in params:
+            raise SystemExit(f"--points: table {name} is not keyed by a list of points")
+        return stored(run, name, compute, dict(params, points=list(params["points"])[:k]), **kw)
+
+    al.sweep, al.stored_or_compute = sweep_k, stored_k
+    return asked
+
+
+def _mark_partial(path: Path, k: int, of: int, wall_s: float | None) -> str:
+    """Reseal a table stored by ``store --points`` with what it holds, and the run's wall time."""
+    from attnlib._store import load_result, save_result
+
+    df, record = load_result(path)
+    note = f"the first {k} of the full profile's {of} points"
+    record = dict(record, partial=note, **({"wall_s": round(wall_s, 3)} if wall_s else {}))
+    save_result(df, path, {key: v for key, v in record.items() if key not in ("sha256", "json_columns")})
+    return note
+
+
+def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (),
+                 points: int | None = None, wall_s: float | None = None) -> None:
     """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code.
 
     ``defs``: names of functions defined in other cells that the tables' cells use; the whole cell
     that defines each is executed first. Everything is checked (:func:`plan_tables`) before any
-    of the chapter's code runs.
+    of the chapter's code runs. ``points``: store only the first ``points`` points of each table
+    (its record says so, ``partial``; a ``full`` run, whose key holds every point, recomputes it).
+    Points already in the sweep's checkpoint, of a run that was stopped, are taken from it; then
+    ``wall_s`` gives the wall time of that run, for the record.
     """
+    if points is not None and points < 1:
+        raise SystemExit(f"--points {points}: must be at least 1")
     setup, segments = plan_tables(chapter, names, defs)
     ns: dict = {}
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
+    asked = _first_points(ns["al"], points) if points else {}
     for fn, src in zip(defs, setup[2:], strict=True):
         exec(compile(src, f"{chapter}[def {fn}]", "exec"), ns)
     for name, code in segments.items():
@@ -592,8 +634,12 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         cpu, wall = _cpu_tree() - c0, time.perf_counter() - t0
         print(f"{chapter}/{name}: {cpu:.1f} CPU s, {wall:.1f} s wall; "
               f"{'loaded' if before else 'stored: ' + str(stored.exists())}", flush=True)
+        if not before and points:
+            note = _mark_partial(stored, points, asked.get("of", points), wall_s)
+            print(f"{chapter}/{name}: {note}", flush=True)
         if not before:
-            _record_measured(chapter, name, cpu, wall, f"full_cost.py store, scheduler={scheduler}")
+            _record_measured(chapter, name, cpu, wall, f"full_cost.py store, scheduler={scheduler}"
+                             + (f", --points {points}" if points else ""))
 
 
 def main(argv=None) -> int:
@@ -608,6 +654,10 @@ def main(argv=None) -> int:
     st.add_argument("names", nargs="+")
     st.add_argument("--scheduler", default="local:1")
     st.add_argument("--defs", nargs="*", default=[], help="functions from other cells the tables need")
+    st.add_argument("--points", type=int, default=None,
+                    help="store only the first POINTS points of each table (a partial table)")
+    st.add_argument("--wall-s", type=float, default=None,
+                    help="with --points: wall time of the stopped run whose checkpoint holds them")
     me = sub.add_parser("measured")
     me.add_argument("chapter")
     me.add_argument("name")
@@ -619,7 +669,8 @@ def main(argv=None) -> int:
                     help="the run was stopped before the table was done: what it finished")
     args = parser.parse_args(argv)
     if args.cmd == "store":
-        store_tables(args.chapter, args.names, args.scheduler, tuple(args.defs))
+        store_tables(args.chapter, args.names, args.scheduler, tuple(args.defs), args.points,
+                     args.wall_s)
         return 0
     if args.cmd == "measured":
         _record_measured(args.chapter, args.name, args.cpu_s, args.wall_s, args.how, args.partial)

@@ -60,3 +60,34 @@ def test_a_missing_definition_named_with_defs_passes():
         fc.plan_tables("00-attention", ["neff"])
     setup, _ = fc.plan_tables("00-attention", ["neff"], defs=("random_scores",))
     assert "def random_scores(" in setup[2]
+
+
+def test_points_option_stores_the_first_points_and_says_so(tmp_path):
+    """``store --points k``: the sweep runs, and the store key holds, only the first k points; the
+    stored record names the table partial, stays verifiable, and carries the given wall time."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from attnlib._store import load_result, save_result
+
+    calls = {}
+    al = SimpleNamespace(
+        sweep=lambda fn, points, *a, **kw: calls.setdefault("swept", points),
+        stored_or_compute=lambda run, name, compute, params, **kw: (
+            calls.setdefault("params", params), compute())[1])
+    asked = fc._first_points(al, 2)
+    pts = [dict(seed=s) for s in range(5)]
+    al.stored_or_compute(None, "t", lambda: al.sweep(None, pts), params=dict(points=pts, seed=0))
+    assert calls["swept"] == pts[:2] and calls["params"]["points"] == pts[:2] and asked["of"] == 5
+    with pytest.raises(SystemExit, match="not keyed by a list of points"):
+        al.stored_or_compute(None, "t", lambda: None, params=dict(seed=0))
+
+    path = tmp_path / "t.csv"
+    save_result(pd.DataFrame({"seed": [0, 1], "risk": [0.5, 0.25]}), path, dict(wall_s=1.0, date="x"))
+    assert fc._mark_partial(path, 2, 5, 1234.5) == "the first 2 of the full profile's 5 points"
+    df, record = load_result(path)  # verified: seal and checksum rewritten
+    assert record["partial"].startswith("the first 2") and record["wall_s"] == 1234.5
+    assert list(df["risk"]) == [0.5, 0.25]
+    with pytest.raises(SystemExit, match="at least 1"):
+        fc.store_tables("01-random-features", ["brfa"], "serial", points=0)
