@@ -172,3 +172,15 @@ def test_brfa_trade_off(s):
     assert s["brfa_theory_max_abs_log10_dev"] >= max(dev.values())
     if dev["1"] > math.log10(1.5):
         assert s["brfa_theory_spectrum_excess_geg1_d8"] > 0.05
+
+
+def test_brfa_paper_scale_run(s):
+    """The stored paper-scale RFA/BRFA table (quick page): at d = 12 the degree-3 block has
+    dim_{12,3}^2 = 352^2 dimensions, far beyond n = 8192, so RFA cannot learn f3 and the mean
+    must help it; the summary holds a ratio for every degree and a verdict against the quick run."""
+    if "brfa_full_over_rfa_by_degree" not in s:
+        pytest.skip("no paper-scale brfa table stored, or the chapter ran with the full profile")
+    ratio = s["brfa_full_over_rfa_by_degree"]
+    assert set(ratio) == {"1", "2", "3"} and all(math.isfinite(v) and v > 0 for v in ratio.values())
+    assert ratio["3"] < 1
+    assert set(s["brfa_full_same_side_as_quick"]) <= {1, 2, 3}
