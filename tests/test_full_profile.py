@@ -63,6 +63,9 @@ def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
         assert "sizes" not in record["params"], name
         if name in THEORY_TABLES:
             assert record["params"]["omegas"] == TOY_CH3["ac_omegas"]
+        elif name == "histogram":  # the trained layer: keyed by its HistogramConfig at toy size
+            config = record["params"]["config"]
+            assert {k: config[k] for k in TOY_CH3["hist"]} == TOY_CH3["hist"]
         else:  # a GD table: its configuration(s) at the toy dimension
             configs = record["params"].get("configs") or {"": record["params"]["config"]}
             assert {c["d"] for c in configs.values()} <= {16, 8}, name
