@@ -30,10 +30,14 @@ book: $(STAMP)
 	fi
 	$(BIN)/attnbook build
 
-## lint, then the whole test suite (unit, theory vs simulation, chapters, site, browser)
+## lint, then the whole test suite (unit, theory vs simulation, chapters, site, browser).
+## On two or more cores pytest-xdist runs it on two workers, one test file each at a time
+## (--dist loadfile: a file's module fixtures, e.g. the student edition, are built once), each
+## worker with one thread; TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= $(shell [ "$$(nproc)" -ge 2 ] && echo 2 || echo 0)
 test: book
 	$(BIN)/ruff check attnlib tests benchmarks
-	$(BIN)/python -m pytest
+	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## every chapter notebook (chapters/*.ipynb) executed in a fresh venv from attnlib's wheel, the way
 ## Colab runs it (the whole quick profile of each chapter; `make test` runs chapter 0 only)
