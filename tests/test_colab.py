@@ -59,8 +59,11 @@ def fresh_env(tmp_path_factory):
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     python = venv / "bin" / "python"
-    # what Colab has before the first cell: torch and a Jupyter kernel (nbclient drives it)
-    _run([str(python), "-m", "pip", "install", "--quiet", "torch==2.13.0", "ipykernel", "nbclient"])
+    # what Colab has before the first cell: torch and a Jupyter kernel (nbclient drives it);
+    # installed without byte-compiling every module (half of pip's time here: what is imported
+    # is compiled on first import)
+    _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", "torch==2.13.0",
+          "ipykernel", "nbclient"])
     probe = _run([str(python), "-c", "import importlib.util as u; print(u.find_spec('attnlib'))"],
                  cwd=base)
     assert probe.stdout.strip() == "None", "attnlib must not be importable before the install cell"
@@ -105,6 +108,9 @@ def test_outputless_notebook_runs_in_a_fresh_environment(fresh_env, tmp_path, ch
     t0 = time.perf_counter()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["MPLBACKEND"] = "Agg"
+    # the install cell's pip without byte-compiling, as above (pip reads a --no-* option's
+    # environment variable as the value of its positive form: "0" is --no-compile)
+    env["PIP_NO_COMPILE"] = "0"
     # the checkout stands in for the repository's raw files (benchmark records), as the wheel
     # stands in for the repository URL
     env["ATTNLIB_REPO_DIR"] = str(ROOT)
