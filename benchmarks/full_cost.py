@@ -26,7 +26,12 @@ needs the names its cell binds (``store`` checks this before it runs anything, a
 that binds a missing name; a function from a cell that stores nothing goes in ``--defs``). The
 CPU seconds it took (this process and its Dask workers) are written to
 ``benchmarks/results/full_runs.json``;
-``measured`` enters the CPU seconds of a table stored by a whole-chapter run.
+``measured`` enters the CPU seconds of a table stored by a whole-chapter run. ``--points K``
+stores the first K points only (a partial table); a later ``store`` of a table whose stored copy
+is partial takes that copy's points over into the sweep's checkpoint and computes the rest:
+
+    .venv/bin/python benchmarks/full_cost.py store 01-random-features brfa --points 6   # one machine
+    .venv/bin/python benchmarks/full_cost.py store 01-random-features brfa              # the rest, later
 
 The last column says, per table, whether a ``full`` run stores it in ``results/`` and, where it
 is stored, the measured wall time, device and date from its provenance record (``table`` re-reads
@@ -594,14 +599,100 @@ def _first_points(al, k: int) -> dict:
     return asked
 
 
-def _mark_partial(path: Path, k: int, of: int, wall_s: float | None) -> str:
-    """Reseal a table stored by ``store --points`` with what it holds, and the run's wall time."""
+def _plain(value):
+    """A point's or a stored cell's value as compared by :func:`_seed_checkpoint`: integral
+    floats as ints (a CSV column with a missing cell reads its integers back as floats)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
+    """Write the points of the stored partial ``table`` into the sweep checkpoint ``path``.
+
+    A table stored by ``store --points`` is its sweep's output: one row (or several) per point,
+    the point's fields followed by what the point returned. Each point of ``points`` that is
+    not yet in the checkpoint and whose fields match stored rows gets those rows as its result,
+    so the sweep computes only the others. Returns the number of points written. A table that
+    older code produced is refused: its points would be mixed with the current code's.
+    """
+    from attnlib._runtime import _jsonable
+    from attnlib._store import code_changes, load_result
+    from attnlib._sweep import _key, _read_done
+
+    df, record = load_result(table)
+    changed = code_changes(record)
+    if changed:
+        raise SystemExit(f"{table}: stored by code that has changed since ({', '.join(changed)}); "
+                         "its points cannot be resumed: move it aside and compute the table again")
+    done = _read_done(path)
+    stored: dict[tuple, dict[str, list[dict]]] = {}  # point fields -> point key -> rows
+    lines = []
+    for point in points:
+        if _key(point) in done:
+            continue
+        fields = tuple(point)
+        if not set(fields) <= set(df.columns):
+            continue
+        if fields not in stored:
+            by_point: dict[str, list[dict]] = {}
+            for rec in df.to_dict("records"):
+                rec = {c: (None if isinstance(v, float) and math.isnan(v) else v) for c, v in rec.items()}
+                at = _key(_plain({f: rec[f] for f in fields}))
+                by_point.setdefault(at, []).append({c: v for c, v in rec.items() if c not in fields})
+            stored[fields] = by_point
+        rows = stored[fields].get(_key(_plain(point)))
+        if rows:
+            lines.append(json.dumps({"point": _jsonable(point), "rows": _jsonable(rows)}) + "\n")
+    if lines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.writelines(lines)
+    return len(lines)
+
+
+def _resume_from_stored(al, tables: dict[str, Path]) -> dict:
+    """Make each sweep named like a stored partial table start from that table's points.
+
+    Patches ``al.sweep`` in this process (``store`` of a table whose stored copy is partial): the
+    points it already holds are written into the sweep's checkpoint first (:func:`_seed_checkpoint`),
+    so a table computed in parts, on machines that keep nothing but ``results/``, is finished
+    without recomputing them. The returned dict receives, per table, the points taken over.
+    """
+    sweep = al.sweep
+    seeded: dict[str, int] = {}
+
+    def sweep_resumed(fn, points, *args, **kw):
+        points = [dict(p) for p in points]
+        name = kw.get("name")
+        if name in tables:
+            path = Path(kw["path"]) if kw.get("path") else kw["run"].sweep_dir / f"{name}.jsonl"
+            seeded[name] = _seed_checkpoint(path, points, tables[name])
+        return sweep(fn, points, *args, **kw)
+
+    al.sweep = sweep_resumed
+    return seeded
+
+
+def _reseal(path: Path, **changes) -> None:
+    """Rewrite a stored table's record with ``changes`` (``None`` drops a field), sealed again."""
     from attnlib._store import load_result, save_result
 
     df, record = load_result(path)
-    note = f"the first {k} of the full profile's {of} points"
-    record = dict(record, partial=note, **({"wall_s": round(wall_s, 3)} if wall_s else {}))
+    record = {k: v for k, v in dict(record, **changes).items() if v is not None}
     save_result(df, path, {key: v for key, v in record.items() if key not in ("sha256", "json_columns")})
+
+
+def _mark_partial(path: Path, k: int, of: int, wall_s: float | None) -> str:
+    """Reseal a table stored by ``store --points`` with what it holds, and the run's wall time."""
+    note = f"the first {k} of the full profile's {of} points"
+    _reseal(path, partial=note, **({"wall_s": round(wall_s, 3)} if wall_s else {}))
     return note
 
 
@@ -624,22 +715,47 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
     asked = _first_points(ns["al"], points) if points else {}
+    partial = {}  # stored partial tables: resumed from, then stored again with the points added
+    earlier = {}  # their records: the wall time they took already
+    for name in segments:
+        path = ROOT / "results" / chapter / f"{name}.csv"
+        if path.exists():
+            record = json.loads(path.with_suffix(".provenance.json").read_text())
+            if record.get("partial"):
+                partial[name], earlier[name] = path, record
+    seeded = _resume_from_stored(ns["al"], partial) if partial else {}
     for fn, src in zip(defs, setup[2:], strict=True):
         exec(compile(src, f"{chapter}[def {fn}]", "exec"), ns)
     for name, code in segments.items():
         stored = ROOT / "results" / chapter / f"{name}.csv"
-        before = stored.exists()  # a stored table is loaded (a later table's cell may need its names)
+        # a stored whole table is loaded (a later table's cell may need its names); a partial one
+        # is computed again from its points (its key holds fewer points) and the rest
+        before = stored.exists() and name not in partial
         c0, t0 = _cpu_tree(), time.perf_counter()
         exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
         cpu, wall = _cpu_tree() - c0, time.perf_counter() - t0
         print(f"{chapter}/{name}: {cpu:.1f} CPU s, {wall:.1f} s wall; "
               f"{'loaded' if before else 'stored: ' + str(stored.exists())}", flush=True)
+        how = f"full_cost.py store, scheduler={scheduler}" + (f", --points {points}" if points else "")
+        if name in partial:  # the run's time adds to that of the run that stored the partial table
+            taken = seeded.get(name, 0)
+            print(f"{chapter}/{name}: {taken} points taken over from the stored partial table",
+                  flush=True)
+            before_s = earlier[name].get("wall_s") or 0.0
+            wall_s = (wall_s or 0.0) + before_s + wall
+            _reseal(stored, wall_s=round(wall_s, 3),
+                    resumed=f"{taken} points from the partial table of {earlier[name].get('date')} "
+                            f"({earlier[name]['partial']}, {before_s:.0f} s wall), the rest in this run")
+            last = json.loads(MEASURED.read_text()).get(chapter, {}).get(name) if MEASURED.exists() else None
+            if last:
+                cpu, wall = cpu + last["cpu_s"], wall + (last.get("wall_s") or 0.0)
+                how = f"{last['how']}; resumed by {how}"
         if not before and points:
             note = _mark_partial(stored, points, asked.get("of", points), wall_s)
             print(f"{chapter}/{name}: {note}", flush=True)
         if not before:
-            _record_measured(chapter, name, cpu, wall, f"full_cost.py store, scheduler={scheduler}"
-                             + (f", --points {points}" if points else ""))
+            _record_measured(chapter, name, cpu, wall, how,
+                             partial=None if not points else f"{points} of {asked.get('of')} points")
 
 
 def main(argv=None) -> int:

@@ -91,3 +91,43 @@ def test_points_option_stores_the_first_points_and_says_so(tmp_path):
     assert list(df["risk"]) == [0.5, 0.25]
     with pytest.raises(SystemExit, match="at least 1"):
         fc.store_tables("01-random-features", ["brfa"], "serial", points=0)
+
+
+def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
+    """A table stored in part (``store --points``) is finished later on a machine that kept
+    nothing but ``results/``: its points are written into the sweep's checkpoint, only the other
+    points are computed, and the table equals that of one uninterrupted run. A partial table that
+    older code produced is refused, not mixed with the current code's points."""
+    import pandas as pd
+
+    from attnlib import sweep
+    from attnlib._runtime import source_hash
+    from attnlib._store import load_result, save_result
+
+    calls = []
+
+    def point(d, lambdas, seed):
+        calls.append(seed)
+        return [dict(n=n, risk=1.0 / (n + seed + d + lambdas[1]), tag=None if n == 2 else "a")
+                for n in (1, 2)]
+
+    pts = [dict(d=3, lambdas=[0.0, 1e-3], seed=s) for s in range(4)]
+    whole = sweep(point, pts, "t", path=tmp_path / "whole.jsonl")
+    table = tmp_path / "results" / "t.csv"
+    save_result(sweep(point, pts[:2], "t", path=tmp_path / "first.jsonl"), table,
+                dict(code_hash=source_hash(), partial="the first 2 of the full profile's 4 points"))
+    calls.clear()
+    checkpoint = tmp_path / "resumed" / "t.jsonl"
+    assert fc._seed_checkpoint(checkpoint, pts, table) == 2
+    assert fc._seed_checkpoint(checkpoint, pts, table) == 0  # already in the checkpoint
+    resumed = sweep(point, pts, "t", path=checkpoint)
+    assert calls == [2, 3]
+    # the stored points come back through the CSV: equal to the last digit or two
+    pd.testing.assert_frame_equal(resumed.drop(columns="elapsed_s"), whole.drop(columns="elapsed_s"),
+                                  check_exact=False, rtol=1e-14)
+    assert resumed.elapsed_s.notna().all()  # the stored points keep the time they took
+
+    _, record = load_result(table)
+    save_result(load_result(table)[0], table, dict(record, code_hash="0" * 64, code={}))
+    with pytest.raises(SystemExit, match="changed since"):
+        fc._seed_checkpoint(tmp_path / "other.jsonl", pts, table)
