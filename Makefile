@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile -c constraints.txt -e '.[book,test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[book,test]'
 	touch $(STAMP)
 
 ## execute every chapter (quick profile, cached) and build the HTML site into _build/html.
@@ -31,11 +31,13 @@ book: $(STAMP)
 ## lint, then the whole test suite (unit, theory vs simulation, chapters, site, browser).
 ## On two or more cores pytest-xdist runs it on two workers, one test file each at a time
 ## (--dist loadfile: a file's module fixtures, e.g. the student edition, are built once), each
-## worker with one thread; TEST_WORKERS=0 runs it in this process.
+## worker with one thread, the longest files first (tests/conftest.py orders them;
+## --no-loadscope-reorder keeps that order instead of xdist's most-tests-first); TEST_WORKERS=0
+## runs it in this process.
 TEST_WORKERS ?= $(shell [ "$$(nproc)" -ge 2 ] && echo 2 || echo 0)
 test: book
 	$(BIN)/ruff check attnlib tests benchmarks
-	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## every chapter notebook (chapters/*.ipynb) executed in a fresh venv from attnlib's wheel, the way
 ## Colab runs it (the whole quick profile of each chapter; `make test` runs chapter 0 only)
