@@ -27,6 +27,7 @@ TOY_CH3 = {
     "ac_omegas": [0.3], "ac_bracket_tol": 0.05, "refine_nodes": [], "refine_nodes_l": [],
     "sl_sigmas": [0.5, 0.7], "sl_lams": [0.01, 0.1], "sl_theory_alphas": [0.5, 1.5],
     "sl_zero_start": [[0.7, 0.01]], "sl_fd_ds": [16, 24],
+    "seed_block": 1,  # the GD tables' seeds in blocks of one: two blocks of draws per table
 }
 
 #: chapter 3's theory tables (benchmarks/store_dotattn_theory.py stores them on their own)
@@ -74,6 +75,13 @@ def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
     gd = pd.read_csv(store / "gd-phase.csv")
     assert sorted(gd.alpha.unique()) == TOY_CH3["pd_alphas"]
     assert gd.seed.nunique() == TOY_CH3["pd_seeds"]
+    # seeds in blocks, block-major (the first points are the whole grid with fewer seeds), each
+    # block with its own draws: seed s of the table is block s's only seed, on data of its own
+    assert list(gd.drop_duplicates("alphas").block) == [0] * len(TOY_CH3["pd_alphas"])
+    assert (gd.seed == gd.block).all()
+    per_seed = gd[(gd.init == "semantic")].pivot_table(index=["alpha", "omega"], columns="seed",
+                                                       values="eps_g_lin")
+    assert (per_seed[0] != per_seed[1]).all()
 
     # a second run with the same parameters loads every table instead of recomputing it
     book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
