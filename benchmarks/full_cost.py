@@ -141,24 +141,47 @@ def probe_ch1_brfa() -> dict:
     return {"brfa_cpu_s": brfa, "brfa_n_max": 1024, "crossing_cpu_s": cross, "crossing_n_max": 800}
 
 
+#: chapter 3's full profile trains its d = 1000 GD tables one alpha and one block of this many
+#: seeds a point (its ``seed_block``)
+CH3_SEED_BLOCK = 2
+
+
 def probe_ch3_gd() -> dict:
-    """Chapter 3 GD at d = 1000: one alpha, 4 seeds, both initialisations, 5 and 15 steps (the
-    difference is the cost of 10 steps), once with the 25 omegas of the phase diagram in one
-    batch and once with omega = 0.3 alone (the tables that train one omega per pass: a pass
-    reads all the data for two columns, so one omega costs more than 1/25 of the batch)."""
+    """Chapter 3 GD at d = 1000 as the full profile trains it: one alpha and one block of
+    ``CH3_SEED_BLOCK`` seeds, both initialisations; once with the 25 omegas of the phase diagram
+    in one batch and once with omega = 0.3 alone. A step's cost is the difference between 25 and
+    5 steps, at alpha = 1 and alpha = 2 (it grows faster than n = alpha d: more of the data falls
+    out of the cache); the test set (50 000 sequences a seed, once a point) is timed apart."""
     from attnlib import dotattn as da
 
-    out = {}
-    for key, omegas in (("cpu_s_by_steps", list(np.round(np.linspace(0.02, 0.5, 25), 4))),
-                        ("cpu_s_by_steps_one_omega", [0.3])):
-        out[key] = {}
-        for steps in (5, 15):
-            cfg = da.SimConfig(d=1000, n_seeds=4, steps=steps, n_test=1000)
-            out[key][str(steps)] = _cpu(da.train_attention, alphas=[1.0], omegas=omegas, config=cfg,
-                                        seed=0, device="cpu")
-            print(f"ch3-gd {len(omegas)} omegas, steps={steps}: {out[key][str(steps)]:.1f} CPU s",
-                  flush=True)
-    return {**out, "alpha": 1.0, "omegas": 25, "seeds": 4, "d": 1000}
+    seeds = CH3_SEED_BLOCK
+    out = {"per_seed_step_s": {}, "seeds": seeds, "d": 1000}
+    for key, omegas in (("25 omegas", list(np.round(np.linspace(0.02, 0.5, 25), 4))),
+                        ("one omega", [0.3])):
+        out["per_seed_step_s"][key] = {}
+        for alpha in (1.0, 2.0):
+            t = {steps: _cpu(da.train_attention, alphas=[alpha], omegas=omegas,
+                             config=da.SimConfig(d=1000, n_seeds=seeds, steps=steps, n_test=500),
+                             seed=0, device="cpu") for steps in (5, 25)}
+            out["per_seed_step_s"][key][str(alpha)] = (t[25] - t[5]) / 20 / seeds
+            print(f"ch3-gd {key}, alpha = {alpha:g}: "
+                  f"{out['per_seed_step_s'][key][str(alpha)]:.4f} CPU s a seed and step", flush=True)
+    t = {n: _cpu(da.train_attention, alphas=[1.0], omegas=[0.3],
+                 config=da.SimConfig(d=1000, n_seeds=seeds, steps=1, n_test=n), seed=0, device="cpu")
+         for n in (500, 50_000)}
+    out["test_s_per_seed"] = (t[50_000] - t[500]) / seeds
+    print(f"ch3-gd test set: {out['test_s_per_seed']:.1f} CPU s a seed", flush=True)
+    return out
+
+
+def ch3_gd_cost(probe: dict, omegas: str, alphas, seeds: int, steps: int = 5000) -> float:
+    """CPU seconds of a GD table of chapter 3 from :func:`probe_ch3_gd`: per seed and alpha,
+    ``steps`` steps at the probe's cost, interpolated as a power of alpha between alpha = 1 and 2,
+    plus the test set."""
+    c = probe["per_seed_step_s"][omegas]
+    power = math.log2(c["2.0"] / c["1.0"])
+    per_seed = sum(steps * c["1.0"] * a**power + probe["test_s_per_seed"] for a in alphas)
+    return seeds * per_seed
 
 
 PROBE = {"ch1-curves": probe_ch1_curves, "ch1-mc": probe_ch1_mc, "ch1-heads": probe_ch1_heads,
@@ -295,38 +318,32 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
         row("03", f"alpha-{kind} (25 omegas; {what})", 25,
             "quick sweep (12 omegas) x 25/12; the full bracketing tolerance is half as wide and "
             "the rules larger: a lower bound", quick_s * 25 / 12, "no", stored="yes")
-    if "ch3-gd" in probes:
-        g = probes["ch3-gd"]["cpu_s_by_steps"]
-        per_step = (g["15"] - g["5"]) / 10  # 25 omegas, 4 seeds, 2 inits, alpha = 1, d = 1000
+    if "ch3-gd" in probes and "per_seed_step_s" in probes["ch3-gd"]:
+        g = probes["ch3-gd"]
+        c25, c1 = g["per_seed_step_s"]["25 omegas"], g["per_seed_step_s"]["one omega"]
         alphas = np.linspace(0.01, 2.0, 25)
-        steps = 5000
-        phase = per_step * steps * 24 / 4 * alphas.sum()  # cost per step ~ n = alpha d samples
+        probe_txt = (f"probe: GD at d = 1000, one alpha, a block of {g['seeds']} seeds, both inits: "
+                     f"{{:.3f}} CPU s a seed and step at alpha = 1, {{:.3f}} at alpha = 2 (a power of "
+                     f"alpha between), x 5000 steps x 24 seeds x the 25 alphas, + the test set "
+                     f"({g['test_s_per_seed']:.1f} s a seed and alpha)")
+        phase = ch3_gd_cost(g, "25 omegas", alphas, 24)
         row("03", "gd-phase (d = 1000, 25 x 25 grid, 24 seeds)", 25 * 25 * 2 * 24,
-            f"probe: 10 GD steps at d = 1000, alpha = 1, 25 omegas x 4 seeds x 2 inits: "
-            f"{per_step * 10:.1f} CPU s; x 5000 steps x 24/4 seeds x sum(alpha) (cost ~ alpha d "
-            "samples)", phase, "yes (dense d = 1000 products)", stored="yes")
-        g1 = probes["ch3-gd"].get("cpu_s_by_steps_one_omega")
-        if g1:  # one omega per pass (gd-omega03, gd-sigma-lambda): its own probe
-            per_step1 = (g1["15"] - g1["5"]) / 10
-            one = per_step1 * steps * 24 / 4 * alphas.sum()
-            basis1 = (f"probe: 10 GD steps at d = 1000, alpha = 1, omega = 0.3 alone x 4 seeds x 2 "
-                      f"inits: {per_step1 * 10:.2f} CPU s ({per_step1 / (per_step / 25):.1f} x its "
-                      "share of the 25-omega batch); x 5000 steps x 24/4 seeds x sum(alpha)")
-        else:
-            one, basis1 = phase / 25, "one omega of gd-phase"
-        row("03", "gd-omega03 (d = 1000, 25 alphas, 24 seeds)", 25 * 2 * 24, basis1, one, "yes",
-            stored="yes")
+            probe_txt.format(c25["1.0"], c25["2.0"]).replace("GD at", "GD, 25 omegas at"),
+            phase, "yes (dense d = 1000 products)", stored="yes")
+        one = ch3_gd_cost(g, "one omega", alphas, 24)
+        row("03", "gd-omega03 (d = 1000, 25 alphas, 24 seeds)", 25 * 2 * 24,
+            probe_txt.format(c1["1.0"], c1["2.0"]).replace("GD at", "GD, omega = 0.3 alone, at"),
+            one, "yes", stored="yes")
         ds = np.array([10, 15, 23, 36, 56, 87, 135, 209, 323, 500])
         row("03", "gd-scaling (10 d <= 500, 70 seeds)", len(ds) * 70 * 2,
-            "gd-phase probe per omega and seed x (d/1000)^2 x 70 seeds, alpha = 1.5",
-            per_step / 25 / 4 * steps * 1.5 * 70 * float(((ds / 1000) ** 2).sum()), "yes",
-            stored="yes")
+            "gd-omega03 probe per seed and step at alpha = 1.5 x (d/1000)^2 x 5000 steps x 70 seeds",
+            c1["1.0"] * 1.5 ** math.log2(c1["2.0"] / c1["1.0"]) * 5000 * 70
+            * float(((ds / 1000) ** 2).sum()), "yes", stored="yes")
         # four (sigma, lambda) settings beside the main one (gd-phase's omega = 0.3 column), each
-        # like one omega of gd-phase; lambda = 0.001 runs 0.01 / 0.001 = 10x the steps
+        # like gd-omega03; lambda = 0.001 runs 0.01 / 0.001 = 10x the steps
         row("03", "gd-sigma-lambda (d = 1000, 4 settings of sigma or lambda, 25 alphas, 24 seeds)",
             4 * 25 * 2 * 24, "gd-omega03 x (3 settings + 10 x the steps at lambda = 0.001)",
             one * 13, "yes", stored="yes")
-    if "ch3-gd" in probes:
         row("03", "gd-generic (d = 100 runs; alternative-A grid at d = 1000, 25 x 25, 24 seeds)", 4,
             "gd-phase (the alternative-A grid has its sizes) + quick sweep x 140/8 seeds x "
             "2500/1500 steps (the d = 100 runs)",
@@ -435,9 +452,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
     for r in rows:
         by[r["chapter"]] = by.get(r["chapter"], 0) + (r["cpu_s"] or 0)
     total = " · ".join(f"chapter {c}: {_fmt_s(s)}" for c, s in by.items())
+    dates = meta.get("probe_dates") or {}
+    when = (", ".join(f"{', '.join(sorted(n for n, d in dates.items() if d == day))} on {day}"
+                      for day in sorted(set(dates.values()))) if dates else meta["date"])
     lines += ["", f"Sum of the estimates per chapter: {total}. Probes measured on "
-              f"{meta['machine']} ({meta['cpu_count']} cores, shared with other jobs), one thread, "
-              f"{meta['date']}; `benchmarks/full_cost.py` (numbers and bases in "
+              f"{meta['machine']} ({meta['cpu_count']} cores, shared with other jobs), one thread: "
+              f"{when}; `benchmarks/full_cost.py` (numbers and bases in "
               "`benchmarks/results/full_cost.json`)."]
     return "\n".join(lines) + "\n"
 
@@ -797,7 +817,8 @@ def main(argv=None) -> int:
     probes = json.loads(PROBES.read_text()) if PROBES.exists() else {}
     if args.cmd == "probe":
         for name in args.names:
-            probes[name] = PROBE[name]()
+            probes[name] = {**PROBE[name](),
+                            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")}
             PROBES.write_text(json.dumps(probes, indent=1) + "\n")
         return 0
     if args.cmd == "table":  # re-render from the committed estimates and what results/ holds now
@@ -812,12 +833,18 @@ def main(argv=None) -> int:
     from attnlib import __version__
     from attnlib._runtime import git_commit
 
-    quick = quick_sweeps()
+    # the quick build's sweep times: from this machine's build, else those the last report used
+    quick, quick_from = quick_sweeps(), "the quick build on the same machine"
+    if not quick and OUT.exists():
+        quick, quick_from = json.loads(OUT.read_text())["quick"], "the quick build the last report read"
     meta = {"script": "benchmarks/full_cost.py", "attnlib_version": __version__, "git_commit": git_commit(),
             "torch_version": torch.__version__, "threads": 1, "machine": platform.machine(),
             "cpu_count": os.cpu_count(), "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+            # each probe's own date (probes before dates were kept: the date of the report they last
+            # entered, 2026-12-02)
+            "probe_dates": {name: pr.get("date", "2026-12-02") for name, pr in probes.items()},
             "note": "CPU seconds of single-threaded probes on a machine shared with other jobs; quick "
-                    "sweep times are wall seconds of the quick build on the same machine"}
+                    f"sweep times are wall seconds of {quick_from}"}
     rows = estimates(probes, quick)
     OUT.write_text(json.dumps({"rows": rows, "probes": probes, "quick": quick, "provenance": meta},
                               indent=1) + "\n")

@@ -50,7 +50,7 @@ def test_the_simulation_cell_named_with_defs_lets_gd_scaling_be_stored_alone():
 
 def test_every_table_of_chapter_3_in_document_order_passes():
     tables = ["gd-omega03", "gd-scaling", "gd-phase", "gd-sigma-lambda", "gd-generic"]
-    with pytest.raises(SystemExit, match="gd-omega03: its cell uses SIM, sim_point"):
+    with pytest.raises(SystemExit, match="gd-omega03: its cell uses SIM, block_point, seed_blocks"):
         fc.plan_tables(CH3, tables)
     assert list(fc.plan_tables(CH3, tables, defs=("sim_point",))[1]) == tables
 
@@ -131,3 +131,12 @@ def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
     save_result(load_result(table)[0], table, dict(record, code_hash="0" * 64, code={}))
     with pytest.raises(SystemExit, match="changed since"):
         fc._seed_checkpoint(tmp_path / "other.jsonl", pts, table)
+
+
+def test_ch3_gd_cost_sums_steps_and_test_set_over_alphas():
+    """The GD estimate: steps x per-step cost (a power of alpha through the alpha = 1 and 2 probes)
+    plus the test set, per alpha, times the seeds."""
+    probe = {"per_seed_step_s": {"x": {"1.0": 0.01, "2.0": 0.04}}, "test_s_per_seed": 3.0}
+    # cost per step grows like alpha^2 here: alphas 1 and 2 cost 1 and 4 units of 0.01 s
+    assert fc.ch3_gd_cost(probe, "x", [1.0, 2.0], seeds=3, steps=100) == pytest.approx(
+        3 * (100 * 0.01 * (1 + 4) + 2 * 3.0))
