@@ -612,9 +612,11 @@ def _first_points(al, k: int) -> dict:
         return sweep(fn, points[:k], *args, **kw)
 
     def stored_k(run, name, compute, params, **kw):
-        if "points" not in params:
-            raise SystemExit(f"--points: table {name} is not keyed by a list of points")
-        return stored(run, name, compute, dict(params, points=list(params["points"])[:k]), **kw)
+        # a table keyed by its points keeps the first k; one keyed by what it is computed from
+        # (chapter 3's: alphas, omegas, configuration) says how many of its points it holds
+        key = (dict(params, points=list(params["points"])[:k]) if "points" in params
+               else dict(params, first_points=k))
+        return stored(run, name, compute, key, **kw)
 
     al.sweep, al.stored_or_compute = sweep_k, stored_k
     return asked

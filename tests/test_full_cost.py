@@ -73,15 +73,16 @@ def test_points_option_stores_the_first_points_and_says_so(tmp_path):
 
     calls = {}
     al = SimpleNamespace(
-        sweep=lambda fn, points, *a, **kw: calls.setdefault("swept", points),
+        sweep=lambda fn, points, *a, **kw: calls.update(swept=points),
         stored_or_compute=lambda run, name, compute, params, **kw: (
-            calls.setdefault("params", params), compute())[1])
+            calls.update(params=params), compute())[1])
     asked = fc._first_points(al, 2)
     pts = [dict(seed=s) for s in range(5)]
     al.stored_or_compute(None, "t", lambda: al.sweep(None, pts), params=dict(points=pts, seed=0))
     assert calls["swept"] == pts[:2] and calls["params"]["points"] == pts[:2] and asked["of"] == 5
-    with pytest.raises(SystemExit, match="not keyed by a list of points"):
-        al.stored_or_compute(None, "t", lambda: None, params=dict(seed=0))
+    # a table keyed by what it is computed from (chapter 3's) is keyed by the points it holds too
+    al.stored_or_compute(None, "u", lambda: al.sweep(None, pts), params=dict(alphas=[1.0], seed=0))
+    assert calls["swept"] == pts[:2] and calls["params"]["first_points"] == 2
 
     path = tmp_path / "t.csv"
     save_result(pd.DataFrame({"seed": [0, 1], "risk": [0.5, 0.25]}), path, dict(wall_s=1.0, date="x"))
