@@ -24,7 +24,8 @@ the last good output (and the sweep points it finished, from which the next run 
 
 A slot is re-executed only when its cache key changes: a hash of the chapter source, the code of
 the attnlib modules it imports (syntax trees without docstrings, so comments and formatting do
-not count), the parameters, the pinned dependencies (``constraints.txt``) and the device used.
+not count), the parameters, the pinned dependencies (``constraints.txt``), the device used and
+the chapter's stored paper-scale tables (``results/<id>/``, which a quick page draws).
 The site is rendered from a staging tree ``_build/src`` in which each chapter's page is its
 executed notebook, so a page ``chapters/<id>`` has the committed, outputless
 ``chapters/<id>.ipynb`` as its launch target. ``$ATTNBOOK_ROOT`` moves the whole tree (chapters,
@@ -554,6 +555,19 @@ def _canonical(params: dict) -> dict:
     return json.loads(json.dumps(params, sort_keys=True, default=str))
 
 
+def results_hash(chapter: str) -> str:
+    """Hash of the chapter's stored paper-scale tables, ``results/<chapter>/`` (or the store
+    ``$ATTNLIB_RESULTS_DIR`` names): a quick page draws them beside its own, a full run loads them."""
+    from ._store import results_root
+
+    folder = results_root() / chapter
+    h = hashlib.sha256()
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if path.is_file():
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def key_inputs(chapter: str, params: dict, nb=None) -> dict:
     """Everything an execution's outputs depend on (what :func:`cache_key` hashes)."""
     return {
@@ -562,6 +576,7 @@ def key_inputs(chapter: str, params: dict, nb=None) -> dict:
         "pins": _pins_hash(),
         "device": device_label(params.get("device", "auto")),
         "params": _canonical({k: v for k, v in params.items() if k not in EXECUTION_ONLY}),
+        "results": results_hash(chapter),
     }
 
 
@@ -692,6 +707,8 @@ def stale_reasons(chapter: str, slot: str, key: str, inputs: dict, records: dict
             reasons.append(f"device changed ({old.get('device')} -> {inputs['device']})")
         if old.get("params") != inputs["params"]:
             reasons.append("parameters changed")
+        if old.get("results") != inputs["results"]:
+            reasons.append(f"stored results changed (results/{chapter}/)")
         return reasons or ["cache key changed"]
     problem = _output_problem(chapter, slot, record)
     return [problem] if problem else []
@@ -945,6 +962,9 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     executed = nbformat.read(partial, as_version=4)
     _tag_parameter_cells(executed)
     device = resolve_device(merged.get("device", "auto"))
+    # a full run stores the tables it computed: its outputs are current with the store as it left it
+    inputs = dict(inputs, results=results_hash(chapter))
+    key = _key_of(inputs)
     record = {
         "key": key,
         "slot": slot,

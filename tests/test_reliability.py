@@ -39,6 +39,11 @@ gate = os.environ.get("TINY_GATE")  # a test holds the execution here until it c
 while gate and not os.path.exists(gate):
     time.sleep(0.1)
 assert os.environ.get("TINY_FAIL") != "1", "asked to fail"
+if os.environ.get("TINY_STORE"):  # as a full run does: store a table in the result store
+    store = os.path.join(os.environ["ATTNLIB_RESULTS_DIR"], "99-tiny")
+    os.makedirs(store, exist_ok=True)
+    with open(os.path.join(store, "t.csv"), "w") as fh:
+        fh.write("x")
 
 
 def point(i):
@@ -63,7 +68,7 @@ def tiny(tmp_path, monkeypatch):
     """A book tree with one tiny chapter; ``attnlib.book`` pointed at it."""
     root = _make_root(tmp_path / "root")
     point_book_at(root, monkeypatch)
-    for var in ("TINY_DELAY", "TINY_FAIL", "TINY_SWEEP"):
+    for var in ("TINY_DELAY", "TINY_FAIL", "TINY_SWEEP", "TINY_STORE"):
         monkeypatch.delenv(var, raising=False)
     return root
 
@@ -221,6 +226,27 @@ def test_cache_key_follows_the_modules_a_chapter_imports(tiny):
     assert "attnlib.attention" in book.chapter_modules("99-tiny")
     inputs = book.key_inputs("99-tiny", {"profile": "quick", "device": "cpu", "seed": 0})
     assert inputs["device"] == "cpu" and "attnlib/attention.py" in inputs["code"]
+
+
+def test_cache_key_follows_the_chapters_stored_results(tiny, tmp_path, monkeypatch, capsys):
+    """A quick page draws the stored paper-scale tables: a table stored, changed or removed in
+    results/<chapter>/ makes the slot stale, and `list` says so. A run that stores tables itself
+    (a full run) is current with the store it leaves."""
+    store = tmp_path / "results"
+    monkeypatch.setenv("ATTNLIB_RESULTS_DIR", str(store))
+    book.execute_chapter("99-tiny", **QUIET)
+    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+    (store / "99-tiny").mkdir(parents=True)
+    (store / "99-tiny" / "t.csv").write_text("x\n1\n")
+    assert not book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+    book.main(["list"])
+    assert "stored results changed (results/99-tiny/)" in capsys.readouterr().out
+    (store / "99-tiny" / "t.csv").unlink()
+    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+    monkeypatch.setenv("TINY_STORE", "1")
+    book.execute_chapter("99-tiny", {"seed": 2}, **QUIET)
+    assert (store / "99-tiny" / "t.csv").exists()
+    assert book.is_current("99-tiny", book._prepare("99-tiny", {"seed": 2})[4], slot="99-tiny@seed=2")
 
 
 # ---- locks -------------------------------------------------------------------------------------
