@@ -184,3 +184,15 @@ def test_brfa_paper_scale_run(s):
     assert set(ratio) == {"1", "2", "3"} and all(math.isfinite(v) and v > 0 for v in ratio.values())
     assert ratio["3"] < 1
     assert set(s["brfa_full_same_side_as_quick"]) <= {1, 2, 3}
+
+
+def test_samples_to_risk_paper_scale_run(s):
+    """The stored paper-scale samples-to-risk table (quick page): N up to 32 and d up to 12, its
+    crossings measured like the quick ones. The RFA's requirement stays flat in N, the RFMLP's
+    grows with a power between 1 and 2.5, and both follow the eigenlearning theory."""
+    if "samples_to_risk_full_max_abs_log10_dev" not in s:
+        pytest.skip("no paper-scale samples-to-risk table stored, or the chapter ran with the full profile")
+    assert s["samples_to_risk_full_rfa_spread_over_N"] < 1.5
+    assert 1.0 < s["samples_to_risk_full_rfmlp_N_loglog_slope"] < 2.5
+    assert s["samples_to_risk_full_max_abs_log10_dev"] < 0.2
+    assert s["samples_to_risk_full_vs_quick_max_abs_log10"] < 0.2
