@@ -491,7 +491,7 @@ def _cpu_tree() -> float:
 def call_of(name: str):
     """The call that stores table ``name`` in a chapter's code (``al.stored_sweep``,
     ``al.stored_or_compute``, or chapter 3's ``cached``, which wraps the latter)."""
-    return re.compile(r'(stored_(sweep|or_compute)|\bcached)\(\s*(#[^\n]*\n\s*)?(run,\s*)?"'
+    return re.compile(r'(stored_(sweep|or_compute)|\bcached)\(\s*(#[^\n]*\n\s*)?(run,\s*)?f?"'
                       + re.escape(name) + '"')
 
 
@@ -543,12 +543,13 @@ def _definer(cells: list[str], name: str) -> str:
     return "no cell of the chapter"
 
 
-def plan_tables(chapter: str, names: list[str], defs: tuple = ()):
+def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple = ()):
     """The code ``store`` runs for tables ``names`` of ``chapter``, checked before any of it runs.
 
     Returns ``(setup, segments)``: the parameter and set-up cells and the cells defining ``defs``
     (source text, in order), and per table the statements of its cell up to the call that stores
-    it. Raises ``SystemExit`` when a table has no unique storing cell, or when its statements use a
+    it. ``extra``: more set-up statements (source text), run after the ``defs`` cells. Raises
+    ``SystemExit`` when a table has no unique storing cell, or when its statements use a
     name that neither the set-up cells nor the tables named before it bind (that error would
     otherwise surface only after the earlier tables had been computed).
     """
@@ -574,6 +575,7 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = ()):
         if len(hits) != 1:
             raise SystemExit(f"{chapter}: {len(hits)} cells define {fn!r} (need exactly one)")
         setup.append(cells[hits[0]])
+    setup.extend(extra)
     known: set[str] | None = {"profile", "scheduler"}  # set by store itself
     for src in setup:
         b = bound_names(ast.parse(src))
@@ -779,6 +781,141 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         if not before:
             _record_measured(chapter, name, cpu, wall, how,
                              partial=None if not points else f"{points} of {asked.get('of')} points")
+
+
+def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dict | None = None,
+                    pre: str | None = None, call: str | None = None, cell: str | None = None,
+                    workdir: Path | None = None):
+    """Recompute a few points of the stored table ``name`` with the chapter's current code.
+
+    Runs what ``store`` runs for the table (:func:`plan_tables`), in this process, but its sweep
+    evaluates only the points ``pick(points)`` returns (their indices in the table's list of
+    points), with the fields in ``shrink`` replaced (a shorter list of a nested parameter, such
+    as the head counts of one stream of draws, whose rows are a subset of the full point's), into
+    a fresh checkpoint under ``workdir``. Nothing is loaded from or written to ``results/``: the
+    table's own ``stored_or_compute`` computes, and another table its code needs is read from
+    ``results/`` (or left empty).
+
+    A table whose cell does not name it literally is found by ``cell``, the format string that
+    names it there (``"hmc-sampling-N{N}"``), or computed by ``call``, a statement run after the
+    set-up and ``defs`` cells. ``pre``: statements run before the table's code (the assignments of
+    a cell whose other work the table does not need).
+
+    Returns ``(fresh, stored, chosen)``: the table the chapter's code makes of the chosen points,
+    the stored table (verified, :func:`attnlib._store.load_result`) and the chosen points.
+    """
+    import ast
+    import tempfile
+
+    import pandas as pd
+
+    from attnlib._store import load_result
+
+    stored, _ = load_result(ROOT / "results" / chapter / f"{name}.csv")
+    setup, segments = plan_tables(chapter, [] if call else [cell or name], defs, (pre,) if pre else ())
+    code = ast.parse(call) if call else segments[cell or name]
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="slice-"))
+    ns: dict = {}
+    exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
+    ns.update(profile="full", scheduler=None)
+    exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
+    al = ns["al"]
+    sweep, stored_or_compute = al.sweep, al.stored_or_compute
+    chosen: list[dict] = []
+    fresh: list[pd.DataFrame] = []
+
+    def sweep_slice(fn, points, *args, **kw):
+        points = [dict(p) for p in points]
+        idx = list(pick(points))
+        if not idx:
+            raise ValueError(f"{chapter}/{name}: the slice picks none of its {len(points)} points")
+        picked = [dict(points[i], **(shrink or {})) for i in idx]
+        chosen.extend(picked)
+        kw = dict(kw, path=workdir / f"{name}.jsonl", scheduler=None, progress=False)
+        return sweep(fn, picked, *args, **kw)
+
+    def compute_only(run, table, compute, params, **kw):
+        if table != name:
+            other = ROOT / "results" / chapter / f"{table}.csv"
+            df = load_result(other)[0] if other.exists() else pd.DataFrame()
+        elif fresh:  # computed already (by a set-up cell that the call repeats)
+            df = fresh[-1]
+        else:
+            al.sweep = sweep_slice
+            try:
+                df = compute()
+            finally:
+                al.sweep = sweep
+            fresh.append(df)
+        df.attrs.update(provenance={"stored": table != name, "stale": False}, note="")
+        return df
+
+    al.stored_or_compute = compute_only
+    try:
+        for fn, src in zip((*defs, *(["pre"] if pre else [])), setup[2:], strict=True):
+            exec(compile(src, f"{chapter}[{fn}]", "exec"), ns)
+        exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
+    finally:
+        al.stored_or_compute = stored_or_compute
+    if not chosen or not fresh:
+        raise ValueError(f"{chapter}/{name}: its code computed no table of the chosen points")
+    return fresh[-1], stored, chosen
+
+
+def _close(a, b, rtol: float, atol: float) -> bool:
+    """Stored and recomputed cells equal: numbers (and lists of them) within tolerance, else equal."""
+    if isinstance(a, str) or isinstance(b, str):
+        return str(a) == str(b)
+    if a is None or b is None:
+        return (a is None or a != a) and (b is None or b != b)  # None and NaN both mean "none"
+    try:
+        x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    except (TypeError, ValueError):
+        return _plain(a) == _plain(b)
+    return x.shape == y.shape and bool(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
+
+
+def _is_time(column: str) -> bool:
+    """A column of wall times, which differ from run to run."""
+    return column == "seconds" or column.endswith("_s")
+
+
+def compare_slice(fresh, stored, chosen: list[dict], on: tuple = (), ignore: tuple = (),
+                  rtol: float = 1e-6, atol: float = 1e-9) -> tuple[int, list[str]]:
+    """Compare recomputed rows with the stored rows of the same points.
+
+    Rows are matched on the chosen points' fields that both tables hold, plus ``on``; the rows
+    of one key are compared in order, every shared column except ``ignore`` and the wall times
+    (``seconds`` and columns ending in ``_s``, such as each point's ``elapsed_s``). Returns
+    ``(cells compared, differences)``, each difference naming the key, the column and both values.
+    """
+    keys = sorted({f for p in chosen for f in p if f in fresh.columns and f in stored.columns
+                   and f not in ignore} | set(on))
+    if not keys:
+        raise ValueError("no column identifies the recomputed rows in the stored table")
+    cols = [c for c in fresh.columns if c in stored.columns and c not in keys and c not in ignore
+            and not _is_time(c)]
+
+    def groups(df) -> dict[str, tuple[dict, list[dict]]]:
+        out: dict = {}
+        for rec in df.to_dict("records"):
+            at = {k: _plain(rec[k]) for k in keys}
+            out.setdefault(json.dumps(at, default=str), (at, []))[1].append(rec)
+        return out
+
+    have = groups(stored)
+    n, diffs = 0, []
+    for key, (at, rows) in groups(fresh).items():
+        old = have.get(key, (at, []))[1]
+        if len(old) != len(rows):
+            diffs.append(f"{at}: {len(rows)} rows recomputed, {len(old)} stored")
+            continue
+        for new_row, old_row in zip(rows, old, strict=True):
+            for c in cols:
+                n += 1
+                if not _close(new_row[c], old_row[c], rtol, atol):
+                    diffs.append(f"{at} {c}: stored {old_row[c]!r}, now {new_row[c]!r}")
+    return n, diffs
 
 
 def main(argv=None) -> int:

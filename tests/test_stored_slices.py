@@ -1,0 +1,109 @@
+"""Every stored paper-scale table still matches the code: a cheap slice of it is recomputed.
+
+A table in ``results/`` was produced by the chapter's ``full`` profile at some commit. Here a few
+of its points (the cheapest ones, or a nested part of one: the first head counts of a single
+stream of draws) are computed again on the CPU with the chapter's own current code
+(``benchmarks/full_cost.py``, :func:`recompute_slice`) and compared with the stored rows, value
+by value. A change that alters what a stored table means (a new estimator, another seed
+convention, a changed equation) therefore fails here, and the table must be recomputed; the
+audit (``attnbook audit``) only says whether the code's source changed.
+
+Every stored table needs an entry in ``SLICES``: a new table without one fails the test. A table
+whose cheapest slice takes minutes is marked ``heavy`` with its measured cost; those run with
+``ATTNBOOK_SLICES=all`` (``make test`` skips them, saying so).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("full_cost", ROOT / "benchmarks" / "full_cost.py")
+fc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fc)
+
+STORED = sorted(p.relative_to(ROOT / "results").with_suffix("").as_posix()
+                for p in (ROOT / "results").glob("*/*.csv"))
+
+#: Per stored table (``<chapter>/<name>``): which points to recompute (``idx``: their indices in
+#: the table's list of points, negative from the end), how (``recompute_slice`` arguments) and how
+#: to compare (``cmp``: ``compare_slice`` arguments); ``heavy``: the slice's measured cost, when it
+#: is too long for every test run.
+# how a solve went, not what it found: iterations, residuals, which start won, error estimates
+SOLVER_DIAGNOSTICS = ("n_iter", "residual", "retried", "start", "quad_err_alpha",
+                      "quad_err_from_previous_rule")
+THEORY03 = dict(idx=[14], defs=("theory_table",),  # omega = 0.3, the chapter's main slice
+                cmp=dict(ignore=SOLVER_DIAGNOSTICS, rtol=1e-4, atol=1e-9))
+SLICES: dict[str, dict] = {
+    "00-attention/neff": dict(idx=[0, -1], defs=("random_scores",)),
+    "01-random-features/kernel-mc": dict(),  # one point, every head count: 86 CPU s
+    "01-random-features/samples-to-risk": dict(idx=[0, 1]),
+    "01-random-features/max-floor": dict(),
+    # about 1.5 CPU minutes; its point function is checked by samples-to-risk and max-floor
+    "01-random-features/key-key": dict(heavy="about 1.5 CPU minutes"),
+    "01-random-features/kernel-curves": dict(shrink={"models": ["RFA"]}, heavy="over 5 CPU minutes"),
+    "01-random-features/heads": dict(shrink={"heads_list": [16, 32]}, heavy="over 5 CPU minutes"),
+    "01-random-features/brfa": dict(shrink={"biases": [0.0]}, heavy="over 5 CPU minutes"),
+    "01-random-features/crossing": dict(shrink={"biases": [0.0]}, heavy="over 5 CPU minutes"),
+    "02-provable-mha/regimes": dict(idx=[0, 13]),
+    "02-provable-mha/moments": dict(idx=[0, 7]),
+    "02-provable-mha/limit": dict(pre="dB, kB, eta = CFG.body_d, 3, CFG.eta\n"
+                                      "tau_B = math.log((1 - eta) / eta)"),
+    "02-provable-mha/ablation": dict(),
+    "02-provable-mha/hard": dict(heavy="over 4 CPU minutes (Adam training)"),
+    "03-positional-semantic/theory-grid": dict(THEORY03, call="theory_cached('theory-grid')",
+                                               cmp=dict(THEORY03["cmp"], on=("omega", "alpha", "branch"))),
+    "03-positional-semantic/alpha-c": dict(THEORY03, call="theory_cached('alpha-c')",
+                                           cmp=dict(THEORY03["cmp"], on=("omega", "table"))),
+    "03-positional-semantic/alpha-l": dict(THEORY03, call="theory_cached('alpha-l')",
+                                           cmp=dict(THEORY03["cmp"], on=("omega", "table"))),
+    "03-positional-semantic/gd-scaling": dict(defs=("sim_point",)),
+    "03-positional-semantic/histogram": dict(heavy="about 6 CPU minutes (training)"),
+    "04-attention-paths/hmc-theory": dict(cmp=dict(ignore=("iters",))),
+    "04-attention-paths/two-path": dict(defs=("gp_accuracy",)),
+    **{f"04-attention-paths/hmc-sampling-N{n}": dict(
+        defs=("gp_accuracy", "sample_width"), cell="hmc-sampling-N{N}", heavy=f"about {m} CPU minutes")
+       for n, m in ((10, 7), (30, 7), (100, 18))},
+}
+
+
+@pytest.mark.parametrize("table", STORED)
+def test_stored_table_matches_a_recomputed_slice(table, tmp_path):
+    assert table in SLICES, (f"results/{table}.csv has no slice to recompute: add an entry to "
+                             "SLICES in tests/test_stored_slices.py")
+    spec = dict(SLICES[table])
+    heavy = spec.pop("heavy", None)
+    if heavy and os.environ.get("ATTNBOOK_SLICES") != "all":
+        pytest.skip(f"{table}: its cheapest slice takes {heavy}; run with ATTNBOOK_SLICES=all")
+    chapter, name = table.split("/")
+    idx, cmp = spec.pop("idx", [0]), spec.pop("cmp", {})
+    fresh, stored, chosen = fc.recompute_slice(
+        chapter, name, lambda points: [i % len(points) for i in idx], workdir=tmp_path, **spec)
+    n, diffs = fc.compare_slice(fresh, stored, chosen, **cmp)
+    assert n > 0, f"{table}: no value of the recomputed slice is in the stored table"
+    assert not diffs, f"{table}: {len(diffs)} of {n} recomputed values differ:\n" + "\n".join(diffs[:10])
+
+
+def test_every_slice_names_a_stored_table():
+    assert not set(SLICES) - set(STORED), set(SLICES) - set(STORED)
+
+
+def test_compare_slice_reports_every_changed_value_and_skips_wall_times():
+    import pandas as pd
+
+    stored = pd.DataFrame({"alpha": [0.5, 0.5, 1.0], "branch": ["p", "s", "p"],
+                           "eps": [0.1, 0.2, 0.3], "elapsed_s": [1.0, 2.0, 3.0]})
+    fresh = stored[stored.alpha == 0.5].assign(elapsed_s=[9.0, 9.0])
+    chosen = [{"alpha": 0.5}]
+    assert fc.compare_slice(fresh, stored, chosen) == (4, [])  # branch and eps of two rows
+    moved = fresh.assign(eps=[0.1, 0.2 * (1 + 1e-4)])
+    n, diffs = fc.compare_slice(moved, stored, chosen)
+    assert n == 4 and len(diffs) == 1 and "eps" in diffs[0] and "0.2" in diffs[0]
+    assert fc.compare_slice(moved, stored, chosen, rtol=1e-3)[1] == []
+    # a point the stored table does not hold, or holds with other rows, is a difference too
+    assert fc.compare_slice(fresh.assign(alpha=2.0), stored, [{"alpha": 2.0}])[1]
+    assert fc.compare_slice(fresh.iloc[:1], stored, chosen)[1]
