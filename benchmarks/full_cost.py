@@ -420,7 +420,7 @@ def stored_cell(r: dict) -> str:
     if rec is not None:  # "partial": a table stored with fewer points than the full profile's
         return (f"**stored**: run took {_fmt_s(rec['wall_s'])} wall time ({rec['device_name']}, "
                 f"{rec['date']})" + (f"; {rec['partial']}" if rec.get("partial") else "")
-                + (f"; in two parts: {rec['resumed']}" if rec.get("resumed") else ""))
+                + (f"; in parts: {rec['resumed']}" if rec.get("resumed") else ""))
     if r["stored"].startswith("yes"):
         return "not yet" + r["stored"][3:]
     return r["stored"]
