@@ -896,11 +896,13 @@ def compare_slice(fresh, stored, chosen: list[dict], on: tuple = (), ignore: tup
     cols = [c for c in fresh.columns if c in stored.columns and c not in keys and c not in ignore
             and not _is_time(c)]
 
+    from attnlib._sweep import _key
+
     def groups(df) -> dict[str, tuple[dict, list[dict]]]:
         out: dict = {}
         for rec in df.to_dict("records"):
             at = {k: _plain(rec[k]) for k in keys}
-            out.setdefault(json.dumps(at, default=str), (at, []))[1].append(rec)
+            out.setdefault(_key(at), (at, []))[1].append(rec)
         return out
 
     have = groups(stored)
