@@ -51,6 +51,8 @@ def test_image_task_is_omniglot_like_and_learned(s):
     gd, gp = s["images_gd_acc_seeds"], s["images_gp_acc_seeds"]
     assert len(gd) == len(gp) == s["images_pruning_seeds"]
     assert gd[0] == s["images_gd_acc"] and gp[0] == s["images_gp_acc"]
+    # the per-seed pipeline's solve at the scoring width is the width sweep's own point
+    assert s["images_U_pipeline_vs_width_sweep"] < 1e-9
     assert all(a - b > 4 for a, b in zip(gd, gp, strict=True))
     assert min(gd) > 60  # every training seed learns the task
     assert s["images_U_theory_vs_gd_corr"] > 0.5  # theory's U and the trained overlaps share a pattern

@@ -70,6 +70,31 @@ def test_bad_episode_requests_raise(glyph_set):
         ap.ImageTaskConfig(gd_lr=0.0)
 
 
+def test_image_task_episodes_are_one_generator_stream_in_a_fixed_order(glyph_set):
+    # the chapter's episodes: pool, validation, test and pruning episodes drawn in that order from
+    # one generator, the theory's training set the head of the pool; a sweep point on another
+    # worker, calling the function afresh, gets exactly these episodes
+    cfg = ap.ImageTaskConfig(glyphs=ag.GlyphConfig(n_drawers=5, max_per_script=8), n_pool=40, P=10,
+                             n_val=7, n_test=9)
+    ap.image_task_episodes.cache_clear()
+    data = ap.image_task_episodes(cfg, 3, 11)
+    g = gen(3)
+    for split, n, kind in (("pool", 40, "train"), ("val", 7, "test"), ("test", 9, "test"),
+                           ("prune", 11, "test")):
+        ref = ap.make_episodes(glyph_set, n, kind, g)
+        torch.testing.assert_close(data[split].x, ref.x)
+        torch.testing.assert_close(data[split].y, ref.y)
+    torch.testing.assert_close(data["train"].x, data["pool"].x[:10])
+    assert ap.image_task_episodes(cfg, 3, 11) is data  # cached: drawn once per process
+    ap.image_task_episodes.cache_clear()
+    assert torch.equal(ap.image_task_episodes(cfg, 3, 11)["test"].x, data["test"].x)
+    with pytest.raises(ParameterError, match="P=50"):
+        ap.image_task_episodes(ap.ImageTaskConfig(glyphs=cfg.glyphs, n_pool=40, P=50), 3, 11)
+    with pytest.raises(ParameterError):
+        ap.image_task_episodes(cfg, 3, 0)
+    ap.image_task_episodes.cache_clear()
+
+
 def test_icl_net_is_the_theory_model_and_prunes_with_renormalisation():
     torch.manual_seed(0)
     net = ap.ICLAttentionNet(9, 6, 4, 2, 3).double()

@@ -17,13 +17,14 @@ when the query shows support A's class and ``-1`` when it shows B's.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import torch
 
 from .._validation import ParameterError, check_float, check_int
-from ..glyphs import GlyphConfig, GlyphSet
+from ..glyphs import GlyphConfig, GlyphSet, make_glyphs
 from .model import DTYPE, path_features
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Episodes",
     "patch_tokens",
     "make_episodes",
+    "image_task_episodes",
     "ICLAttentionNet",
     "train_icl_net",
     "train_icl_nets",
@@ -177,6 +179,31 @@ def make_episodes(
     x = (tok + label_emb[None, :, None, :]).reshape(n, 3 * n_p, dim) + pe
     y = torch.where(is_a, 1.0, -1.0).to(DTYPE)
     return Episodes(x.to(DTYPE), y, classes, drawers)
+
+
+@functools.lru_cache(maxsize=1)
+def image_task_episodes(cfg: ImageTaskConfig, seed: int, n_prune: int) -> dict[str, Episodes]:
+    """Every episode of the image experiment of Chapter 4, drawn from the glyph set of ``cfg``.
+
+    One CPU generator seeded with ``seed`` draws, in this order: ``"pool"``, ``cfg.n_pool``
+    meta-train episodes for gradient descent; ``"val"`` and ``"test"``, ``cfg.n_val`` and
+    ``cfg.n_test`` meta-test episodes (choosing the temperature, measuring accuracy); ``"prune"``,
+    ``n_prune`` meta-test episodes on which heads are pruned. ``"train"``, the theory's training
+    set, is the first ``cfg.P`` episodes of the pool. A function of its arguments alone, cached
+    (one set per process): each point of a sweep, on whichever worker, sees the same episodes.
+    """
+    if not isinstance(cfg, ImageTaskConfig):
+        raise ParameterError(f"cfg={cfg!r} must be an ImageTaskConfig")
+    check_int("n_prune", n_prune, minimum=1)
+    if cfg.P > cfg.n_pool:
+        raise ParameterError(f"P={cfg.P} training episodes cannot come from a pool of {cfg.n_pool}")
+    glyphs = make_glyphs(cfg.glyphs)
+    g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+    out = {split: make_episodes(glyphs, n, kind, g, cfg.patch)
+           for split, n, kind in (("pool", cfg.n_pool, "train"), ("val", cfg.n_val, "test"),
+                                  ("test", cfg.n_test, "test"), ("prune", n_prune, "test"))}
+    out["train"] = out["pool"][: cfg.P]
+    return out
 
 
 class ICLAttentionNet(torch.nn.Module):
