@@ -925,12 +925,14 @@ def _is_time(column: str) -> bool:
 
 
 def compare_slice(fresh, stored, chosen: list[dict], on: tuple = (), ignore: tuple = (),
-                  rtol: float = 1e-6, atol: float = 1e-9) -> tuple[int, list[str]]:
+                  rtol: float = 1e-6, atol: float = 1e-9,
+                  tol: dict | None = None) -> tuple[int, list[str]]:
     """Compare recomputed rows with the stored rows of the same points.
 
     Rows are matched on the chosen points' fields that both tables hold, plus ``on``; the rows
     of one key are compared in order, every shared column except ``ignore`` and the wall times
-    (``seconds`` and columns ending in ``_s``, such as each point's ``elapsed_s``). Returns
+    (``seconds`` and columns ending in ``_s``, such as each point's ``elapsed_s``), within
+    ``rtol``, ``atol``, or the ``(rtol, atol)`` that ``tol`` gives a column. Returns
     ``(cells compared, differences)``, each difference naming the key, the column and both values.
     """
     keys = sorted({f for p in chosen for f in p if f in fresh.columns and f in stored.columns
@@ -959,7 +961,7 @@ def compare_slice(fresh, stored, chosen: list[dict], on: tuple = (), ignore: tup
         for new_row, old_row in zip(rows, old, strict=True):
             for c in cols:
                 n += 1
-                if not _close(new_row[c], old_row[c], rtol, atol):
+                if not _close(new_row[c], old_row[c], *(tol or {}).get(c, (rtol, atol))):
                     diffs.append(f"{at} {c}: stored {old_row[c]!r}, now {new_row[c]!r}")
     return n, diffs
 
