@@ -643,26 +643,41 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple =
     return setup, segments
 
 
-def _first_points(al, k: int) -> dict:
-    """Make the chapter's sweeps evaluate, and its store key, only the first ``k`` points.
+def _first_points(al, k: int, names) -> dict:
+    """Make the sweeps of tables ``names``, and their store keys, hold only the first ``k`` points.
 
     Patches ``al.sweep`` and ``al.stored_or_compute`` in this process (``store --points``); the
-    returned dict receives the number of points the chapter asked for (``"of"``).
+    returned dict receives the number of points the chapter asked for (``"of"``). Other tables
+    that the cells compute on the way (chapter 4's ``glyphs-theory`` before ``glyphs-pruning``)
+    keep all their points and their own key.
     """
     sweep, stored = al.sweep, al.stored_or_compute
     asked: dict = {}
+    inside: list[str] = []  # the named table being computed, if any
 
     def sweep_k(fn, points, *args, **kw):
+        if not inside:
+            return sweep(fn, points, *args, **kw)
         points = list(points)
         asked["of"] = len(points)
         return sweep(fn, points[:k], *args, **kw)
 
     def stored_k(run, name, compute, params, **kw):
+        if name not in names:
+            return stored(run, name, compute, params, **kw)
         # a table keyed by its points keeps the first k; one keyed by what it is computed from
         # (chapter 3's: alphas, omegas, configuration) says how many of its points it holds
         key = (dict(params, points=list(params["points"])[:k]) if "points" in params
                else dict(params, first_points=k))
-        return stored(run, name, compute, key, **kw)
+
+        def compute_k():
+            inside.append(name)
+            try:
+                return compute()
+            finally:
+                inside.pop()
+
+        return stored(run, name, compute_k, key, **kw)
 
     al.sweep, al.stored_or_compute = sweep_k, stored_k
     return asked
@@ -783,7 +798,7 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
-    asked = _first_points(ns["al"], points) if points else {}
+    asked = _first_points(ns["al"], points, segments) if points else {}
     partial = {}  # stored partial tables: resumed from, then stored again with the points added
     earlier = {}  # their records: the wall time they took already
     for name in segments:

@@ -76,13 +76,18 @@ def test_points_option_stores_the_first_points_and_says_so(tmp_path):
         sweep=lambda fn, points, *a, **kw: calls.update(swept=points),
         stored_or_compute=lambda run, name, compute, params, **kw: (
             calls.update(params=params), compute())[1])
-    asked = fc._first_points(al, 2)
+    asked = fc._first_points(al, 2, ["t", "u"])
     pts = [dict(seed=s) for s in range(5)]
     al.stored_or_compute(None, "t", lambda: al.sweep(None, pts), params=dict(points=pts, seed=0))
     assert calls["swept"] == pts[:2] and calls["params"]["points"] == pts[:2] and asked["of"] == 5
     # a table keyed by what it is computed from (chapter 3's) is keyed by the points it holds too
     al.stored_or_compute(None, "u", lambda: al.sweep(None, pts), params=dict(alphas=[1.0], seed=0))
     assert calls["swept"] == pts[:2] and calls["params"]["first_points"] == 2
+    # a table the cell computes on the way (not named) keeps every point and its own key
+    al.stored_or_compute(None, "v", lambda: al.sweep(None, pts), params=dict(points=pts, seed=0))
+    assert calls["swept"] == pts and calls["params"]["points"] == pts
+    al.sweep(None, pts)  # and a sweep outside a named table is not cut either
+    assert calls["swept"] == pts
 
     path = tmp_path / "t.csv"
     save_result(pd.DataFrame({"seed": [0, 1], "risk": [0.5, 0.25]}), path, dict(wall_s=1.0, date="x"))
