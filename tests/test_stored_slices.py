@@ -149,9 +149,9 @@ def test_compare_slice_reports_every_changed_value_and_skips_wall_times():
     n, diffs = fc.compare_slice(moved, stored, chosen)
     assert n == 4 and len(diffs) == 1 and "eps" in diffs[0] and "0.2" in diffs[0]
     assert fc.compare_slice(moved, stored, chosen, rtol=1e-3)[1] == []
-    # a point the stored table does not hold, or holds with other rows, is a difference too
     # a column's own tolerance
     assert fc.compare_slice(moved, stored, chosen, tol={"eps": (1e-3, 0.0)})[1] == []
     assert fc.compare_slice(moved, stored, chosen, rtol=1e-3, tol={"eps": (1e-5, 0.0)})[1]
+    # a point the stored table does not hold, or holds with other rows, is a difference too
     assert fc.compare_slice(fresh.assign(alpha=2.0), stored, [{"alpha": 2.0}])[1]
     assert fc.compare_slice(fresh.iloc[:1], stored, chosen)[1]
