@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from ._validation import ParameterError, check_bool, check_float, check_int
 
-__all__ = ["CHAPTER_CHECKS", "sizes_schema", "check_sizes", "check_positional_semantic"]
+__all__ = ["CHAPTER_CHECKS", "sizes_schema", "check_sizes", "check_positional_semantic",
+           "check_attention_paths"]
 
 
 def _chapter_source(chapter: str) -> str:
@@ -29,8 +30,12 @@ def _chapter_source(chapter: str) -> str:
 
 
 def _kind(node: ast.AST) -> tuple[str, str | None]:
-    """What a value written in ``PROFILE_SIZES`` is: config / bool / int / float / ints / numbers /
-    tuples (of numbers)."""
+    """What a value written in ``PROFILE_SIZES`` is: config / profile (an entry of a module's
+    ``*_PROFILES`` dict of configs) / bool / int / float / ints / numbers / tuples (of numbers)."""
+    if isinstance(node, ast.Subscript):  # e.g. ap.IMAGE_PROFILES["quick"]
+        base = node.value
+        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+        return ("profile", name) if name.endswith("_PROFILES") else ("any", None)
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -92,12 +97,14 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs) -> No
         raise ParameterError(f"sizes: unknown entries {unknown}; known: {sorted(schema)}")
     for key, value in sizes.items():
         (kind, config), name = schema[key], f"sizes[{key!r}]"
-        if kind == "config":
-            cls = getattr(configs, config)
+        if kind in ("config", "profile"):
+            # a profile entry is checked against the module's first profile of that dict
+            base = getattr(configs, config)() if kind == "config" else \
+                next(iter(getattr(configs, config).values()))
             if not isinstance(value, dict):
-                raise ParameterError(f"{name}={value!r} must be a dict of {cls.__name__} fields")
+                raise ParameterError(f"{name}={value!r} must be a dict of {type(base).__name__} fields")
             try:
-                replace(cls(), **value)
+                replace(base, **value)
             except TypeError as err:
                 raise ParameterError(f"{name}: {err}") from None
             except ValueError as err:
@@ -138,5 +145,16 @@ def check_positional_semantic(params: dict) -> None:
         check_sizes(sizes, sizes_schema(_chapter_source("03-positional-semantic")), dotattn)
 
 
+def check_attention_paths(params: dict) -> None:
+    """Chapter 4 (``04-attention-paths``): ``sizes`` only replaces entries of the chapter's
+    ``PROFILE_SIZES``, each with a value of the right kind."""
+    from . import paths
+
+    sizes = params.get("sizes", {})
+    if sizes:
+        check_sizes(sizes, sizes_schema(_chapter_source("04-attention-paths")), paths)
+
+
 #: chapter id -> check(params), run by ``attnbook`` before a kernel starts.
-CHAPTER_CHECKS = {"03-positional-semantic": check_positional_semantic}
+CHAPTER_CHECKS = {"03-positional-semantic": check_positional_semantic,
+                  "04-attention-paths": check_attention_paths}

@@ -94,3 +94,49 @@ def test_unknown_size_entry_is_refused_before_any_work(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": {"pd_dd": 16}}
     with pytest.raises(book.ParameterError, match=r"sizes: unknown entries \['pd_dd'\]"):
         book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
+
+
+TOY_CH4 = {
+    "markov": {"D": 20, "n_vis": 8, "P": 20, "n_test": 100},
+    "draws": 2, "widths": [10, 30], "sample_widths": [10],
+    "hmc_chains": 2, "hmc_warmup": 10, "hmc_samples": 10, "hmc_leapfrog": 5,
+    "images": {"width": 32, "qk_dim": 8, "gd_steps": 20, "gd_batch": 16, "gd_warmup": 2,
+               "n_pool": 400, "P": 40, "n_val": 60, "n_test": 60},
+    "image_widths": [10, 100], "image_T": [0.1, 0.5], "image_seeds": 2,
+    "image_random_orders": 5, "image_prune_test": 100,
+}
+
+
+def test_chapter4_full_profile_runs_stores_and_reloads(sandbox):
+    params = {"profile": "full", "device": "cpu", "sizes": TOY_CH4}
+    record = book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    summary_path = book.slot_paths("04-attention-paths", record["slot"])[1]
+    first = json.loads(summary_path.read_text())
+    assert first["profile"] == "full"
+    stored = first["stored_results"]  # table -> {"stored": loaded from the store, ...}
+    assert set(stored) == {"hmc-theory", "hmc-sampling-N10", "two-path", "glyphs-theory",
+                           "glyphs-pruning"}
+    assert not any(entry["stored"] for entry in stored.values())  # the first run computes each
+    store = sandbox / "results" / "04-attention-paths"
+    for name in stored:
+        assert len(pd.read_csv(store / f"{name}.csv")) > 0, name
+        params_stored = json.loads((store / f"{name}.provenance.json").read_text())["params"]
+        assert "sizes" not in params_stored, name
+    theory = pd.read_csv(store / "hmc-theory.csv")
+    assert sorted(theory[theory.kind == "theory"].N.unique()) == TOY_CH4["widths"]
+    pruning = pd.read_csv(store / "glyphs-pruning.csv")
+    assert len(pruning) == TOY_CH4["image_seeds"]
+    # a second run with the same parameters loads every table instead of recomputing it
+    book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    second = json.loads(summary_path.read_text())
+    assert all(entry["stored"] for entry in second["stored_results"].values())
+    assert second["images_gd_acc"] == first["images_gd_acc"]
+
+
+def test_chapter4_unknown_or_bad_size_entry_is_refused_before_any_work(sandbox):
+    params = {"profile": "full", "device": "cpu", "sizes": {"image_width": [10]}}
+    with pytest.raises(book.ParameterError, match=r"sizes: unknown entries \['image_width'\]"):
+        book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    params["sizes"] = {"images": {"gd_steps": 10, "gd_warmup": 600}}
+    with pytest.raises(book.ParameterError, match=r"sizes\['images'\]"):
+        book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)

@@ -302,6 +302,10 @@ def _cases():
     yield "03-positional-semantic", "sizes={'sim': {'d': 0}}"
     yield "03-positional-semantic", "sizes={'pd_alphas': ['a']}"
     yield "03-positional-semantic", "sizes={'sl_zero_start': [0.7]}"
+    yield "04-attention-paths", "sizes={'image_width': [10]}"
+    yield "04-attention-paths", "sizes={'images': {'patch': 5}}"
+    yield "04-attention-paths", "sizes={'markov': {'P': 1}}"
+    yield "04-attention-paths", "sizes={'markov': 3}"
     yield "no-such-chapter", "seed=1"
 
 
@@ -335,6 +339,16 @@ def test_chapter3_sizes_check_knows_every_entry_of_the_chapter():
     schema = cp.sizes_schema(cp._chapter_source("03-positional-semantic"))
     assert {"hist", "sim", "pd_d", "pd_alphas", "batch_by_alpha"} <= set(schema)
     assert schema["hist"] == ("config", "HistogramConfig") and schema["pd_d"] == ("int", None)
+
+
+def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
+    from attnlib import _chapter_params as cp
+
+    schema = cp.sizes_schema(cp._chapter_source("04-attention-paths"))
+    assert schema["images"] == ("profile", "IMAGE_PROFILES")
+    assert schema["markov"] == ("profile", "MARKOV_PROFILES")
+    assert schema["draws"] == ("int", None) and schema["image_T"] == ("numbers", None)
+    cp.check_attention_paths({"sizes": {"images": {"gd_steps": 50, "gd_warmup": 5}, "draws": 2}})
 
 
 # ---- stored results ----------------------------------------------------------------------------
