@@ -703,7 +703,8 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
     A table stored by ``store --points`` is its sweep's output: one row (or several) per point,
     the point's fields followed by what the point returned. Each point of ``points`` that is
     not yet in the checkpoint and whose fields match stored rows gets those rows as its result,
-    so the sweep computes only the others. Returns the number of points written. A table that
+    so the sweep computes only the others. Returns the number of points the sweep will not
+    compute: those written and those its checkpoint already held (a stopped run's). A table that
     older code produced is refused: its points would be mixed with the current code's.
     """
     from attnlib._runtime import _jsonable
@@ -717,9 +718,10 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
                          "its points cannot be resumed: move it aside and compute the table again")
     done = _read_done(path)
     stored: dict[tuple, dict[str, list[dict]]] = {}  # point fields -> point key -> rows
-    lines = []
+    lines, already = [], 0
     for point in points:
         if _key(point) in done:
+            already += 1
             continue
         fields = tuple(point)
         if not set(fields) <= set(df.columns):
@@ -738,7 +740,7 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as fh:
             fh.writelines(lines)
-    return len(lines)
+    return len(lines) + already
 
 
 def _resume_from_stored(al, tables: dict[str, Path]) -> dict:
@@ -823,13 +825,14 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         how = f"full_cost.py store, scheduler={scheduler}" + (f", --points {points}" if points else "")
         if name in partial:  # the run's time adds to that of the run that stored the partial table
             taken = seeded.get(name, 0)
-            print(f"{chapter}/{name}: {taken} points taken over from the stored partial table",
-                  flush=True)
+            print(f"{chapter}/{name}: {taken} points taken over from the stored partial table "
+                  "or the sweep's checkpoint", flush=True)
             before_s = earlier[name].get("wall_s") or 0.0
             wall_s = (wall_s or 0.0) + before_s + wall
             _reseal(stored, wall_s=round(wall_s, 3),
-                    resumed=f"{taken} points from the partial table of {earlier[name].get('date')} "
-                            f"({earlier[name]['partial']}, {before_s:.0f} s wall), the rest in this run")
+                    resumed=f"{taken} points from earlier runs (the partial table of "
+                            f"{earlier[name].get('date')}: {earlier[name]['partial']}, {before_s:.0f} s "
+                            "wall; or the sweep's checkpoint), the rest in this run")
             last = json.loads(MEASURED.read_text()).get(chapter, {}).get(name) if MEASURED.exists() else None
             if last:
                 cpu, wall = cpu + last["cpu_s"], wall + (last.get("wall_s") or 0.0)

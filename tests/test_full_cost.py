@@ -125,7 +125,8 @@ def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
     calls.clear()
     checkpoint = tmp_path / "resumed" / "t.jsonl"
     assert fc._seed_checkpoint(checkpoint, pts, table) == 2
-    assert fc._seed_checkpoint(checkpoint, pts, table) == 0  # already in the checkpoint
+    assert fc._seed_checkpoint(checkpoint, pts, table) == 2  # already in the checkpoint: not again
+    assert sum(1 for _ in checkpoint.open()) == 2
     resumed = sweep(point, pts, "t", path=checkpoint)
     assert calls == [2, 3]
     # the stored points come back through the CSV: equal to the last digit or two
