@@ -88,8 +88,9 @@ def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tupl
     raise ParameterError(f"the chapter defines no {variable} literal to check 'sizes' against")
 
 
-def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs) -> None:
-    """Check a ``sizes`` override dict against :func:`sizes_schema` (one-line ParameterError)."""
+def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profile: str = "quick") -> None:
+    """Check a ``sizes`` override dict against :func:`sizes_schema` (one-line ParameterError); an
+    entry of a ``*_PROFILES`` dict is checked against that dict's config for ``profile``."""
     if not isinstance(sizes, dict):
         raise ParameterError(f"sizes={sizes!r} must be a dict such as {{'pd_d': 16}}")
     unknown = sorted(set(sizes) - set(schema))
@@ -98,9 +99,9 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs) -> No
     for key, value in sizes.items():
         (kind, config), name = schema[key], f"sizes[{key!r}]"
         if kind in ("config", "profile"):
-            # a profile entry is checked against the module's first profile of that dict
+            profiles = getattr(configs, config) if kind == "profile" else None
             base = getattr(configs, config)() if kind == "config" else \
-                next(iter(getattr(configs, config).values()))
+                profiles.get(profile, next(iter(profiles.values())))
             if not isinstance(value, dict):
                 raise ParameterError(f"{name}={value!r} must be a dict of {type(base).__name__} fields")
             try:
@@ -152,7 +153,8 @@ def check_attention_paths(params: dict) -> None:
 
     sizes = params.get("sizes", {})
     if sizes:
-        check_sizes(sizes, sizes_schema(_chapter_source("04-attention-paths")), paths)
+        check_sizes(sizes, sizes_schema(_chapter_source("04-attention-paths")), paths,
+                    params.get("profile", "quick"))
 
 
 #: chapter id -> check(params), run by ``attnbook`` before a kernel starts.

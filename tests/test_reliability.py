@@ -349,6 +349,10 @@ def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
     assert schema["markov"] == ("profile", "MARKOV_PROFILES")
     assert schema["draws"] == ("int", None) and schema["image_T"] == ("numbers", None)
     cp.check_attention_paths({"sizes": {"images": {"gd_steps": 50, "gd_warmup": 5}, "draws": 2}})
+    # checked against the profile that runs: 500 steps are fewer than the full profile's warm-up
+    cp.check_attention_paths({"sizes": {"images": {"gd_steps": 500}}})
+    with pytest.raises(book.ParameterError, match=r"sizes\['images'\]: gd_warmup"):
+        cp.check_attention_paths({"profile": "full", "sizes": {"images": {"gd_steps": 500}}})
 
 
 # ---- stored results ----------------------------------------------------------------------------
