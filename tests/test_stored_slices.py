@@ -59,6 +59,11 @@ CHAOTIC = {
                 tol={"acc_sampled": (0.0, 1.5), "mean_corr": (0.0, 2e-3), "var_corr": (0.0, 5e-3),
                      "var_rel_diff": (0.0, 0.08), "U_sampled": (0.05, 0.1), "accept": (0.0, 0.08),
                      "rhat": (0.0, 5e-3), "ess": (0.3, 0.0), "step": (0.08, 0.0)}),
+    # the first seed's network is trained in float32, and the theory's worst-conditioned solve
+    # (N = 10, T = 0.01) then stops at a U 2e-4 away (1e-6 of its largest entry), its residual at
+    # 2.8e-6 instead of 2.1e-6; the label alignment of the pruning run's finite-width kernel moves
+    # by 1.4e-7; the accuracies, drops, scores and every other point exactly
+    "glyphs": dict(tol={"U": (0.0, 1e-3), "residual": (0.0, 1e-5), "align_fw": (0.0, 1e-6)}),
 }
 SLICES: dict[str, dict] = {
     "00-attention/neff": dict(idx=[0, -1], defs=("random_scores",)),
@@ -98,10 +103,10 @@ SLICES: dict[str, dict] = {
     "04-attention-paths/hmc-theory": dict(cmp=dict(ignore=("iters",))),
     "04-attention-paths/two-path": dict(defs=("gp_accuracy",)),
     # both train the first seed's width-512 network first (6000 Adam steps)
-    "04-attention-paths/glyphs-theory": dict(idx=[0, 10], defs=("theory_point",),
-                                             heavy="about 20 CPU minutes (training)"),
-    "04-attention-paths/glyphs-pruning": dict(defs=("theory_point",),
-                                              heavy="about 25 CPU minutes (training)"),
+    "04-attention-paths/glyphs-theory": dict(idx=[0, 10], defs=("theory_point",), cmp=CHAOTIC["glyphs"],
+                                             heavy="about 6 CPU minutes (training)"),
+    "04-attention-paths/glyphs-pruning": dict(defs=("theory_point",), cmp=CHAOTIC["glyphs"],
+                                              heavy="about 8 CPU minutes (training)"),
     **{f"04-attention-paths/hmc-sampling-N{n}": dict(
         defs=("gp_accuracy", "sample_width"), cell="hmc-sampling-N{N}", cmp=CHAOTIC["hmc"],
         heavy=f"about {m} CPU minutes")
