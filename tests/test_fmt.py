@@ -91,6 +91,22 @@ def test_site_extension_typesets_glued_numbers_with_the_formatter():
     assert [type(c).__name__ for c in whole.children] == ["Text", "superscript"]
     assert inside.astext() == "up to an error of 2.0 × 10−5"
     assert plain.astext() == "exactly" and other.astext() == "3.0e-04"
+    assert "glued-prose" not in whole["classes"] + inside["classes"] + plain["classes"]
+
+
+def test_a_glued_sentence_is_marked_as_prose():
+    from docutils import nodes
+
+    sitefixes = _sitefixes()
+    para = nodes.paragraph()
+    sentence = nodes.inline("", "All 8 of its training seeds are stored, against 3 here.",
+                            classes=["pasted-text"])
+    number = nodes.inline("", "0.21", classes=["pasted-text"])
+    para.extend([sentence, number])
+    doc = nodes.document(None, None)
+    doc += para
+    sitefixes._glued_exponents(None, doc, "page")
+    assert "glued-prose" in sentence["classes"] and "glued-prose" not in number["classes"]
 
 
 def test_sci_range_shares_one_power_of_ten():

@@ -46,10 +46,18 @@ def glued_nodes(text: str) -> list[nodes.Node] | None:
             for kind, piece in segments]
 
 
+#: a glued value of at least this many words is prose (a sentence the run wrote), not a number
+PROSE_WORDS = 10
+
+
 def _glued_exponents(app, doctree, docname):
+    """Glued numbers get typeset exponents; a glued sentence gets the class ``glued-prose``, which
+    the book's CSS sets in the weight of the text around it (myst-nb bolds every glued value)."""
     for node in list(doctree.findall(nodes.inline)):
         if "pasted-text" not in node.get("classes", []):
             continue
+        if len(node.astext().split()) >= PROSE_WORDS:
+            node["classes"].append("glued-prose")
         replacement = glued_nodes(node.astext())
         if replacement is None:
             continue
