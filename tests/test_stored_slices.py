@@ -110,7 +110,7 @@ SLICES: dict[str, dict] = {
     **{f"04-attention-paths/hmc-sampling-N{n}": dict(
         defs=("gp_accuracy", "sample_width"), cell="hmc-sampling-N{N}", cmp=CHAOTIC["hmc"],
         heavy=f"about {m} CPU minutes")
-       for n, m in ((10, 7), (30, 7), (100, 18))},
+       for n, m in ((10, 2), (30, 2.5), (100, 4))},
 }
 
 
