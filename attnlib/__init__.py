@@ -12,6 +12,7 @@ One module per model, named after it:
 """
 
 from . import attention, dotattn, glyphs, mha, paths, plotting, random_qk
+from ._chapter_params import profile_sizes
 from ._repo import committed_file
 from ._runtime import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from ._store import load_result, provenance, save_result, stored_full, stored_or_compute, stored_phrase
@@ -38,6 +39,7 @@ __all__ = [
     "check_float",
     "check_int",
     "committed_file",
+    "profile_sizes",
     "load_result",
     "provenance",
     "resolve_device",

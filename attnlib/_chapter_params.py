@@ -19,8 +19,21 @@ from dataclasses import replace
 
 from ._validation import ParameterError, check_bool, check_float, check_int
 
-__all__ = ["CHAPTER_CHECKS", "sizes_schema", "check_sizes", "check_positional_semantic",
-           "check_attention_paths"]
+__all__ = ["CHAPTER_CHECKS", "profile_sizes", "sizes_schema", "check_sizes",
+           "check_positional_semantic", "check_attention_paths"]
+
+
+def profile_sizes(profile_sizes: dict, profile: str, sizes: dict) -> dict:
+    """The sizes a chapter runs with: its ``PROFILE_SIZES[profile]`` with the entries of the
+    ``sizes`` parameter replaced (a dict replaces fields of a dataclass config). Raises
+    :class:`~attnlib.ParameterError` on an entry the profile does not have."""
+    out = dict(profile_sizes[profile])
+    unknown = sorted(set(sizes) - set(out))
+    if unknown:
+        raise ParameterError(f"sizes: unknown entries {unknown}; known: {sorted(out)}")
+    for key, value in sizes.items():
+        out[key] = replace(out[key], **value) if isinstance(value, dict) else value
+    return out
 
 
 def _chapter_source(chapter: str) -> str:
@@ -99,9 +112,11 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
     for key, value in sizes.items():
         (kind, config), name = schema[key], f"sizes[{key!r}]"
         if kind in ("config", "profile"):
-            profiles = getattr(configs, config) if kind == "profile" else None
-            base = getattr(configs, config)() if kind == "config" else \
-                profiles.get(profile, next(iter(profiles.values())))
+            if kind == "config":
+                base = getattr(configs, config)()
+            else:
+                profiles = getattr(configs, config)
+                base = profiles.get(profile, next(iter(profiles.values())))
             if not isinstance(value, dict):
                 raise ParameterError(f"{name}={value!r} must be a dict of {type(base).__name__} fields")
             try:

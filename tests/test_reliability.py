@@ -341,6 +341,19 @@ def test_chapter3_sizes_check_knows_every_entry_of_the_chapter():
     assert schema["hist"] == ("config", "HistogramConfig") and schema["pd_d"] == ("int", None)
 
 
+def test_profile_sizes_replaces_entries_and_config_fields_and_refuses_unknown_ones():
+    import attnlib as al
+    from attnlib import paths as ap
+
+    profiles = {"quick": dict(draws=3, markov=ap.MARKOV_PROFILES["quick"])}
+    sizes = al.profile_sizes(profiles, "quick", {"draws": 1, "markov": {"P": 20}})
+    assert sizes["draws"] == 1 and sizes["markov"].P == 20
+    assert sizes["markov"].D == ap.MARKOV_PROFILES["quick"].D  # the other fields stay
+    assert profiles["quick"]["draws"] == 3  # the chapter's table is not changed
+    with pytest.raises(al.ParameterError, match=r"sizes: unknown entries \['drows'\]"):
+        al.profile_sizes(profiles, "quick", {"drows": 1})
+
+
 def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
     from attnlib import _chapter_params as cp
 
