@@ -72,6 +72,29 @@ def test_build_only_modules_do_not_make_a_result_stale(tmp_path):
     assert _store.code_changes(record) == ["attnlib/dotattn/theory.py"]
 
 
+def test_package_init_only_re_exports():
+    # attnlib/__init__.py is left out of a result's code hashes (NOT_RESULT_CODE): that holds only
+    # while it computes nothing, so it may hold a docstring, imports, __version__ and __all__
+    import ast
+    from pathlib import Path
+
+    init = Path(al.__file__)
+    assert f"attnlib/{init.name}" in _store.NOT_RESULT_CODE
+    body = ast.parse(init.read_text()).body
+    names = set()
+    for node in body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1, ast.unparse(node)
+        target = node.targets[0]
+        assert isinstance(target, ast.Name) and target.id in ("__version__", "__all__"), ast.unparse(node)
+        assert isinstance(node.value, ast.Constant | ast.List), ast.unparse(node)
+        names.add(target.id)
+    assert names == {"__version__", "__all__"}
+
+
 @pytest.mark.parametrize("damage", ["edited-table", "truncated-record", "missing-field", "orphan-record"])
 def test_corrupted_copy_fails_the_audit_naming_the_file(tmp_path, capsys, damage):
     store = tmp_path / "results"
