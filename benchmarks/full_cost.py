@@ -520,8 +520,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _record_measured(chapter: str, table: str, cpu_s: float, wall_s: float, how: str,
-                     partial: str | None = None) -> None:
+                     partial: str | None = None, replaces: tuple = ()) -> None:
+    """Record the measured cost of ``table`` in ``full_runs.json``; ``replaces``: entries of the
+    chapter that this one supersedes (the per-width parts of a table now measured as a whole)."""
     measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
+    for old in replaces:
+        measured.get(chapter, {}).pop(old, None)
     measured.setdefault(chapter, {})[table] = {
         "cpu_s": round(cpu_s, 1), "wall_s": None if wall_s is None else round(wall_s, 1), "how": how,
         **({"partial": partial} if partial else {}),
@@ -605,7 +609,10 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple =
 
     Returns ``(setup, segments)``: the parameter and set-up cells and the cells defining ``defs``
     (source text, in order), and per table the statements of its cell up to the call that stores
-    it. ``extra``: more set-up statements (source text), run after the ``defs`` cells. Raises
+    it. A function defined in a named table's own cell, before the call that stores the table, is
+    left to that table's statements (its entry in ``setup`` is empty): run whole as a set-up cell,
+    the cell would compute the table before its cost is measured. ``extra``: more set-up
+    statements (source text), run after the ``defs`` cells. Raises
     ``SystemExit`` when a table has no unique storing cell, or when its statements use a
     name that neither the set-up cells nor the tables named before it bind (that error would
     otherwise surface only after the earlier tables had been computed).
@@ -626,12 +633,23 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple =
         if len(hits) != 1:
             raise SystemExit(f"{chapter}: {len(hits)} cells store a table {name!r} (need exactly one)")
         targets[name] = hits[0]
+    def storing_statement(name: str, i: int) -> tuple[ast.Module, int]:
+        tree = ast.parse(cells[i])
+        return tree, next(k for k, st in enumerate(tree.body)
+                          if call_of(name).search(ast.get_source_segment(cells[i], st) or ""))
+
     setup = [cells[first], cells[first + 1]]
     for fn in defs:
         hits = [i for i, src in enumerate(cells) if re.search(rf"^def {re.escape(fn)}\(", src, re.M)]
         if len(hits) != 1:
             raise SystemExit(f"{chapter}: {len(hits)} cells define {fn!r} (need exactly one)")
-        setup.append(cells[hits[0]])
+        in_segment = False
+        for name, i in targets.items():
+            if i == hits[0]:
+                tree, upto = storing_statement(name, i)
+                in_segment |= any(isinstance(st, ast.FunctionDef) and st.name == fn
+                                  for st in tree.body[:upto])
+        setup.append("" if in_segment else cells[hits[0]])
     setup.extend(extra)
     known: set[str] | None = {"profile", "scheduler"}  # set by store itself
     for src in setup:
@@ -639,9 +657,7 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple =
         known = None if (b is None or known is None) else known | b
     segments = {}
     for name, i in targets.items():
-        tree = ast.parse(cells[i])
-        upto = next(k for k, st in enumerate(tree.body)
-                    if call_of(name).search(ast.get_source_segment(cells[i], st) or ""))
+        tree, upto = storing_statement(name, i)
         segments[name] = ast.Module(body=tree.body[: upto + 1], type_ignores=[])
         if known is None:  # a set-up cell star-imports: its names are unknown, nothing to check
             continue
@@ -795,19 +811,38 @@ def _mark_partial(path: Path, k: int, of: int, wall_s: float | None) -> str:
     return note
 
 
+def _table_files(chapter: str, name: str) -> list[Path]:
+    """The CSV files of stored table ``name``. A name with a ``{field}`` (``hmc-sampling-N{N}``:
+    one cell stores a table per width) stands for every stored table it matches."""
+    folder = ROOT / "results" / chapter
+    if "{" not in name:
+        return [folder / f"{name}.csv"]
+    pattern = re.compile(re.sub(r"\\\{[^}]*\\\}", "[^-/]+", re.escape(name)) + r"\.csv")
+    return sorted(p for p in folder.glob("*.csv") if pattern.fullmatch(p.name))
+
+
+def _measured_name(name: str) -> str:
+    """The cost table's name of table ``name``: ``hmc-sampling`` for ``hmc-sampling-N{N}``."""
+    return re.sub(r"-?[A-Za-z_]*\{.*$", "", name)
+
+
 def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (),
                  points: int | None = None, wall_s: float | None = None) -> None:
     """Compute and store tables ``names`` of ``chapter``'s full profile with the chapter's own code.
 
     ``defs``: names of functions defined in other cells that the tables' cells use; the whole cell
-    that defines each is executed first. Everything is checked (:func:`plan_tables`) before any
-    of the chapter's code runs. ``points``: store only the first ``points`` points of each table
-    (its record says so, ``partial``; a ``full`` run, whose key holds every point, recomputes it).
+    that defines each is executed first (unless it is a named table's own cell). A name with a
+    ``{field}`` stores every table its cell stores (:func:`_table_files`), measured as one.
+    Everything is checked (:func:`plan_tables`) before any of the chapter's code runs.
+    ``points``: store only the first ``points`` points of each table (its record says so,
+    ``partial``; a ``full`` run, whose key holds every point, recomputes it).
     Points already in the sweep's checkpoint, of a run that was stopped, are taken from it; then
     ``wall_s`` gives the wall time of that run, for the record.
     """
     if points is not None and points < 1:
         raise SystemExit(f"--points {points}: must be at least 1")
+    if points is not None and any("{" in name for name in names):
+        raise SystemExit(f"--points: not for tables named by a pattern ({', '.join(names)})")
     setup, segments = plan_tables(chapter, names, defs)
     ns: dict = {}
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
@@ -829,12 +864,15 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         stored = ROOT / "results" / chapter / f"{name}.csv"
         # a stored whole table is loaded (a later table's cell may need its names); a partial one
         # is computed again from its points (its key holds fewer points) and the rest
-        before = stored.exists() and name not in partial
+        was = {p: p.stat().st_mtime_ns for p in _table_files(chapter, name) if p.exists()}
         c0, t0 = _cpu_tree(), time.perf_counter()
         exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
         cpu, wall = _cpu_tree() - c0, time.perf_counter() - t0
+        written = [p.stem for p in _table_files(chapter, name)
+                   if p.exists() and was.get(p) != p.stat().st_mtime_ns]
+        before = not written
         print(f"{chapter}/{name}: {cpu:.1f} CPU s, {wall:.1f} s wall; "
-              f"{'loaded' if before else 'stored: ' + str(stored.exists())}", flush=True)
+              f"{'loaded' if before else 'stored: ' + ', '.join(written)}", flush=True)
         how = f"full_cost.py store, scheduler={scheduler}" + (f", --points {points}" if points else "")
         if name in partial:  # the run's time adds to that of the run that stored the partial table
             taken = seeded.get(name, 0)
@@ -854,8 +892,11 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
             note = _mark_partial(stored, points, asked.get("of", points), wall_s)
             print(f"{chapter}/{name}: {note}", flush=True)
         if not before:
-            _record_measured(chapter, name, cpu, wall, how,
-                             partial=None if not points else f"{points} of {asked.get('of')} points")
+            if "{" in name:
+                how += f" (one run for {', '.join(written)})"
+            _record_measured(chapter, _measured_name(name), cpu, wall, how,
+                             partial=None if not points else f"{points} of {asked.get('of')} points",
+                             replaces=tuple(written) if "{" in name else ())
 
 
 def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dict | None = None,

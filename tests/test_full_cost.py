@@ -62,6 +62,36 @@ def test_a_missing_definition_named_with_defs_passes():
     assert "def random_scores(" in setup[2]
 
 
+def test_a_function_in_a_named_tables_own_cell_is_left_to_that_table():
+    # chapter 4 defines gp_accuracy in hmc-theory's cell and sample_width in the sampling cell:
+    # run whole as set-up, those cells would compute the tables before their cost is measured
+    ch4, defs = "04-attention-paths", ("gp_accuracy", "sample_width")
+    setup, segments = fc.plan_tables(ch4, ["hmc-theory", "two-path", "hmc-sampling-N{N}"], defs)
+    assert setup[2:] == ["", ""] and list(segments) == ["hmc-theory", "two-path", "hmc-sampling-N{N}"]
+    assert "gp_accuracy" in fc.bound_names(segments["hmc-theory"])
+    # alone, two-path needs hmc-theory's cell for gp_accuracy, which then runs as set-up
+    setup, _ = fc.plan_tables(ch4, ["two-path"], ("gp_accuracy",))
+    assert "def gp_accuracy(" in setup[2]
+    # named after the table that uses it, the function is refused before anything runs
+    with pytest.raises(SystemExit, match="two-path: its cell uses gp_accuracy"):
+        fc.plan_tables(ch4, ["two-path", "hmc-theory"], ("gp_accuracy",))
+
+
+def test_a_table_name_with_a_field_stands_for_every_table_its_cell_stores(tmp_path, monkeypatch):
+    monkeypatch.setattr(fc, "ROOT", tmp_path)
+    folder = tmp_path / "results" / "04-attention-paths"
+    folder.mkdir(parents=True)
+    for stem in ("hmc-sampling-N10", "hmc-sampling-N100", "hmc-theory", "hmc-sampling-N10-old"):
+        (folder / f"{stem}.csv").write_text("x\n")
+    assert [p.stem for p in fc._table_files("04-attention-paths", "hmc-sampling-N{N}")] == [
+        "hmc-sampling-N10", "hmc-sampling-N100"]  # a field's value holds no hyphen
+    assert fc._table_files("04-attention-paths", "two-path") == [folder / "two-path.csv"]
+    assert fc._measured_name("hmc-sampling-N{N}") == "hmc-sampling"
+    assert fc._measured_name("two-path") == "two-path"
+    with pytest.raises(SystemExit, match="--points: not for tables named by a pattern"):
+        fc.store_tables("04-attention-paths", ["hmc-sampling-N{N}"], "serial", points=1)
+
+
 def test_points_option_stores_the_first_points_and_says_so(tmp_path):
     """``store --points k``: the sweep runs, and the store key holds, only the first k points; the
     stored record names the table partial, stays verifiable, and carries the given wall time."""
