@@ -494,6 +494,9 @@ def measured_cells(r: dict, measured: dict) -> str:
     what = f" ({len(parts)} of its parts)" if len(parts) > 1 else ""
     if any(v.get("partial") for v in parts.values()):  # a run stopped before the table was done
         return f"at least {_fmt_s(total)} (stopped: {'; '.join(v['partial'] for v in parts.values())})"
+    untimed = [v["untimed"] for v in parts.values() if v.get("untimed")]  # an earlier run's points
+    if untimed:
+        return f"at least {_fmt_s(total)} ({'; '.join(untimed)})"
     return f"{_fmt_s(total)}{what}"
 
 
@@ -520,15 +523,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _record_measured(chapter: str, table: str, cpu_s: float, wall_s: float, how: str,
-                     partial: str | None = None, replaces: tuple = ()) -> None:
+                     partial: str | None = None, replaces: tuple = (), untimed: str | None = None) -> None:
     """Record the measured cost of ``table`` in ``full_runs.json``; ``replaces``: entries of the
-    chapter that this one supersedes (the per-width parts of a table now measured as a whole)."""
+    chapter that this one supersedes (the per-width parts of a table now measured as a whole);
+    ``untimed``: what of the table an earlier run computed (the cost is then a lower bound)."""
     measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     for old in replaces:
         measured.get(chapter, {}).pop(old, None)
     measured.setdefault(chapter, {})[table] = {
         "cpu_s": round(cpu_s, 1), "wall_s": None if wall_s is None else round(wall_s, 1), "how": how,
-        **({"partial": partial} if partial else {}),
+        **({"partial": partial} if partial else {}), **({"untimed": untimed} if untimed else {}),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs"}
     MEASURED.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
@@ -772,6 +776,41 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
     return len(lines) + already
 
 
+def _checkpoint_of(args: tuple, kw: dict) -> tuple[str | None, Path | None]:
+    """The name and checkpoint file of a call ``al.sweep(fn, points, *args, **kw)`` (its
+    arguments after ``fn`` and ``points``); no file when it names neither a run nor a path."""
+    import inspect
+
+    from attnlib._sweep import sweep
+
+    bound = inspect.signature(sweep).bind_partial(None, None, *args, **kw).arguments
+    name, run, path = bound.get("name"), bound.get("run"), bound.get("path")
+    if path:
+        return name, Path(path)
+    return name, (run.sweep_dir / f"{name}.jsonl" if name and run is not None else None)
+
+
+def _count_checkpointed(al) -> dict[str, int]:
+    """Patch ``al.sweep`` in this process to count, per sweep, the points its checkpoint already
+    holds when it starts (a stopped run's, or a run's whose table was then moved aside): the sweep
+    takes them from there, so their time is not in this run's measurement."""
+    from attnlib._sweep import _key, _read_done
+
+    sweep = al.sweep
+    found: dict[str, int] = {}
+
+    def sweep_counted(fn, points, *args, **kw):
+        points = [dict(p) for p in points]
+        name, path = _checkpoint_of(args, kw)
+        if path is not None:
+            done = _read_done(path)
+            found[name] = found.get(name, 0) + sum(_key(p) in done for p in points)
+        return sweep(fn, points, *args, **kw)
+
+    al.sweep = sweep_counted
+    return found
+
+
 def _resume_from_stored(al, tables: dict[str, Path]) -> dict:
     """Make each sweep named like a stored partial table start from that table's points.
 
@@ -785,9 +824,8 @@ def _resume_from_stored(al, tables: dict[str, Path]) -> dict:
 
     def sweep_resumed(fn, points, *args, **kw):
         points = [dict(p) for p in points]
-        name = kw.get("name")
-        if name in tables:
-            path = Path(kw["path"]) if kw.get("path") else kw["run"].sweep_dir / f"{name}.jsonl"
+        name, path = _checkpoint_of(args, kw)
+        if name in tables and path is not None:
             seeded[name] = _seed_checkpoint(path, points, tables[name])
         return sweep(fn, points, *args, **kw)
 
@@ -848,6 +886,7 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
+    checkpointed = _count_checkpointed(ns["al"])
     asked = _first_points(ns["al"], points, segments) if points else {}
     partial = {}  # stored partial tables: resumed from, then stored again with the points added
     earlier = {}  # their records: the wall time they took already
@@ -865,6 +904,7 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         # a stored whole table is loaded (a later table's cell may need its names); a partial one
         # is computed again from its points (its key holds fewer points) and the rest
         was = {p: p.stat().st_mtime_ns for p in _table_files(chapter, name) if p.exists()}
+        n0 = sum(checkpointed.values())
         c0, t0 = _cpu_tree(), time.perf_counter()
         exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
         cpu, wall = _cpu_tree() - c0, time.perf_counter() - t0
@@ -874,6 +914,11 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         print(f"{chapter}/{name}: {cpu:.1f} CPU s, {wall:.1f} s wall; "
               f"{'loaded' if before else 'stored: ' + ', '.join(written)}", flush=True)
         how = f"full_cost.py store, scheduler={scheduler}" + (f", --points {points}" if points else "")
+        reused = sum(checkpointed.values()) - n0
+        untimed = None
+        if reused and name not in partial and not before:
+            untimed = f"{reused} points taken from the sweep checkpoint of an earlier run, not timed"
+            print(f"{chapter}/{name}: {untimed}", flush=True)
         if name in partial:  # the run's time adds to that of the run that stored the partial table
             taken = seeded.get(name, 0)
             print(f"{chapter}/{name}: {taken} points taken over from the stored partial table "
@@ -896,7 +941,7 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
                 how += f" (one run for {', '.join(written)})"
             _record_measured(chapter, _measured_name(name), cpu, wall, how,
                              partial=None if not points else f"{points} of {asked.get('of')} points",
-                             replaces=tuple(written) if "{" in name else ())
+                             replaces=tuple(written) if "{" in name else (), untimed=untimed)
 
 
 def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dict | None = None,

@@ -170,6 +170,29 @@ def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
         fc._seed_checkpoint(tmp_path / "other.jsonl", pts, table)
 
 
+def test_points_a_sweep_takes_from_an_earlier_checkpoint_are_counted_not_timed(tmp_path):
+    """A table whose sweep finds points in its checkpoint (a stopped run's, or one whose table was
+    moved aside) takes them from there: ``store`` counts them, and the cost table shows the
+    measured time as a lower bound instead of as the table's cost."""
+    from types import SimpleNamespace
+
+    from attnlib import sweep
+
+    pts = [dict(seed=s) for s in range(4)]
+    sweep(lambda seed: [dict(r=seed)], pts[:3], "t", path=tmp_path / "t.jsonl")  # the earlier run
+    al = SimpleNamespace(sweep=sweep)
+    found = fc._count_checkpointed(al)
+    al.sweep(lambda seed: [dict(r=seed)], pts, "t", path=tmp_path / "t.jsonl")
+    al.sweep(lambda seed: [dict(r=seed)], pts, "u", path=tmp_path / "u.jsonl")
+    assert found == {"t": 3, "u": 0}
+    row = dict(chapter="04", table="two-path (theory)")
+    timed = {"cpu_s": 13.8, "how": "store"}
+    assert fc.measured_cells(row, {"04-attention-paths": {"two-path": timed}}) == fc._fmt_s(13.8)
+    untimed = dict(timed, untimed="3 points taken from the sweep checkpoint of an earlier run, not timed")
+    assert fc.measured_cells(row, {"04-attention-paths": {"two-path": untimed}}) == (
+        f"at least {fc._fmt_s(13.8)} (3 points taken from the sweep checkpoint of an earlier run, not timed)")
+
+
 def test_ch3_gd_cost_sums_steps_and_test_set_over_alphas():
     """The GD estimate: steps x per-step cost (a power of alpha through the alpha = 1 and 2 probes)
     plus the test set, per alpha, times the seeds."""
