@@ -109,6 +109,15 @@ class _ProgressLines:
         pass
 
 
+def _checkpoint_path(name: str, run: Run | None = None, path: str | Path | None = None) -> Path:
+    """The checkpoint file of sweep ``name``: ``path``, else ``<name>.jsonl`` in ``run.sweep_dir``."""
+    if path is None:
+        if run is None:
+            raise ValueError("sweep() needs either run= or path=")
+        path = run.sweep_dir / f"{name}.jsonl"
+    return Path(path)
+
+
 def sweep(
     fn: Callable[..., dict | list[dict]],
     points: Iterable[Mapping[str, Any]],
@@ -169,12 +178,8 @@ def sweep(
     its own parameters (a seed in the point), not from a global generator, so that its result
     does not depend on which worker runs it or in what order.
     """
-    if path is None:
-        if run is None:
-            raise ValueError("sweep() needs either run= or path=")
-        path = run.sweep_dir / f"{name}.jsonl"
+    path = _checkpoint_path(name, run, path)
     on_dask = _wants_dask(scheduler)  # checks the value before anything runs
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     points = [dict(p) for p in points]
     done = _read_done(path)

@@ -781,13 +781,11 @@ def _checkpoint_of(args: tuple, kw: dict) -> tuple[str | None, Path | None]:
     arguments after ``fn`` and ``points``); no file when it names neither a run nor a path."""
     import inspect
 
-    from attnlib._sweep import sweep
+    from attnlib._sweep import _checkpoint_path, sweep
 
     bound = inspect.signature(sweep).bind_partial(None, None, *args, **kw).arguments
     name, run, path = bound.get("name"), bound.get("run"), bound.get("path")
-    if path:
-        return name, Path(path)
-    return name, (run.sweep_dir / f"{name}.jsonl" if name and run is not None else None)
+    return name, (None if path is None and run is None else _checkpoint_path(name, run, path))
 
 
 def _count_checkpointed(al) -> dict[str, int]:
