@@ -36,7 +36,7 @@ book: $(STAMP)
 ## runs it in this process.
 TEST_WORKERS ?= $(shell [ "$$(nproc)" -ge 2 ] && echo 2 || echo 0)
 test: book
-	$(BIN)/ruff check attnlib tests benchmarks
+	$(BIN)/ruff check attnlib attnbook tests benchmarks
 	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## every chapter notebook (chapters/*.ipynb) executed in a fresh venv from attnlib's wheel, the way
@@ -52,7 +52,7 @@ pdf: book
 	$(BIN)/jupyter-book build _build/pdf/src --path-output _build/pdf --builder pdflatex
 
 lint: $(STAMP)
-	$(BIN)/ruff check attnlib tests benchmarks
+	$(BIN)/ruff check attnlib attnbook tests benchmarks
 
 clean:
 	$(BIN)/attnbook clean

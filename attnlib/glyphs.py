@@ -41,7 +41,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._repo import cache_dir
 from ._validation import ParameterError, check_float, check_int
 
 __all__ = [
@@ -173,8 +172,13 @@ class GlyphSet:
 
 
 def glyph_cache_dir() -> Path:
-    """``$ATTNLIB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attnlib``, else ``~/.cache/attnlib``."""
-    return cache_dir()
+    """Where rendered glyph sets are cached: ``$ATTNLIB_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/attnlib``, else ``~/.cache/attnlib``."""
+    env = os.environ.get("ATTNLIB_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attnlib"
 
 
 def _font_path(name: str) -> Path:

@@ -49,8 +49,8 @@ import numpy as np
 import torch
 
 import attnlib
+from attnbook.runs import git_commit
 from attnlib import dotattn as da
-from attnlib._runtime import git_commit
 from attnlib.dotattn.reference import PUBLISHED_ROWS
 
 OMEGA = 0.3

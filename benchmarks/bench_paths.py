@@ -55,8 +55,8 @@ import numpy as np
 import torch
 
 import attnlib
+from attnbook.runs import git_commit
 from attnlib import paths as ap
-from attnlib._runtime import git_commit
 
 F64 = torch.float64
 MARKOV_WIDTHS = [10, 30, 50, 100, 300, 500, 1000]

@@ -447,7 +447,7 @@ def _fmt_s(s) -> str:
 
 def stored_record(r: dict) -> dict | None:
     """Provenance record of the stored ``results/<chapter>/<table>.csv`` of row ``r``, if any."""
-    from attnlib._store import StoredResultError, load_result
+    from attnbook.store import StoredResultError, load_result
 
     path = ROOT / "results" / CHAPTERS.get(r["chapter"], "?") / f"{r['table'].split(' ')[0]}.csv"
     if not path.exists():
@@ -554,8 +554,8 @@ def _cpu_tree() -> float:
 
 
 def call_of(name: str):
-    """The call that stores table ``name`` in a chapter's code (``al.stored_sweep``,
-    ``al.stored_or_compute``, or chapter 3's ``cached``, which wraps the latter)."""
+    """The call that stores table ``name`` in a chapter's code (``ab.stored_sweep``,
+    ``ab.stored_or_compute``, or chapter 3's ``cached``, which wraps the latter)."""
     return re.compile(r'(stored_(sweep|or_compute)|\bcached)\(\s*(#[^\n]*\n\s*)?(run,\s*)?f?"'
                       + re.escape(name) + '"')
 
@@ -676,15 +676,15 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple =
     return setup, segments
 
 
-def _first_points(al, k: int, names) -> dict:
+def _first_points(ab, k: int, names) -> dict:
     """Make the sweeps of tables ``names``, and their store keys, hold only the first ``k`` points.
 
-    Patches ``al.sweep`` and ``al.stored_or_compute`` in this process (``store --points``); the
+    Patches ``ab.sweep`` and ``ab.stored_or_compute`` in this process (``store --points``); the
     returned dict receives the number of points the chapter asked for (``"of"``). Other tables
     that the cells compute on the way (chapter 4's ``glyphs-theory`` before ``glyphs-pruning``)
     keep all their points and their own key.
     """
-    sweep, stored = al.sweep, al.stored_or_compute
+    sweep, stored = ab.sweep, ab.stored_or_compute
     asked: dict = {}
     inside: list[str] = []  # the named table being computed, if any
 
@@ -712,7 +712,7 @@ def _first_points(al, k: int, names) -> dict:
 
         return stored(run, name, compute_k, key, **kw)
 
-    al.sweep, al.stored_or_compute = sweep_k, stored_k
+    ab.sweep, ab.stored_or_compute = sweep_k, stored_k
     return asked
 
 
@@ -740,9 +740,9 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
     compute: those written and those its checkpoint already held (a stopped run's). A table that
     older code produced is refused: its points would be mixed with the current code's.
     """
-    from attnlib._runtime import _jsonable
-    from attnlib._store import code_changes, load_result
-    from attnlib._sweep import _key, _read_done
+    from attnbook.runs import _jsonable
+    from attnbook.store import code_changes, load_result
+    from attnbook.sweeps import _key, _read_done
 
     df, record = load_result(table)
     changed = code_changes(record)
@@ -777,24 +777,24 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
 
 
 def _checkpoint_of(args: tuple, kw: dict) -> tuple[str | None, Path | None]:
-    """The name and checkpoint file of a call ``al.sweep(fn, points, *args, **kw)`` (its
+    """The name and checkpoint file of a call ``ab.sweep(fn, points, *args, **kw)`` (its
     arguments after ``fn`` and ``points``); no file when it names neither a run nor a path."""
     import inspect
 
-    from attnlib._sweep import _checkpoint_path, sweep
+    from attnbook.sweeps import _checkpoint_path, sweep
 
     bound = inspect.signature(sweep).bind_partial(None, None, *args, **kw).arguments
     name, run, path = bound.get("name"), bound.get("run"), bound.get("path")
     return name, (None if path is None and run is None else _checkpoint_path(name, run, path))
 
 
-def _count_checkpointed(al) -> dict[str, int]:
-    """Patch ``al.sweep`` in this process to count, per sweep, the points its checkpoint already
+def _count_checkpointed(ab) -> dict[str, int]:
+    """Patch ``ab.sweep`` in this process to count, per sweep, the points its checkpoint already
     holds when it starts (a stopped run's, or a run's whose table was then moved aside): the sweep
     takes them from there, so their time is not in this run's measurement."""
-    from attnlib._sweep import _key, _read_done
+    from attnbook.sweeps import _key, _read_done
 
-    sweep = al.sweep
+    sweep = ab.sweep
     found: dict[str, int] = {}
 
     def sweep_counted(fn, points, *args, **kw):
@@ -805,19 +805,19 @@ def _count_checkpointed(al) -> dict[str, int]:
             found[name] = found.get(name, 0) + sum(_key(p) in done for p in points)
         return sweep(fn, points, *args, **kw)
 
-    al.sweep = sweep_counted
+    ab.sweep = sweep_counted
     return found
 
 
-def _resume_from_stored(al, tables: dict[str, Path]) -> dict:
+def _resume_from_stored(ab, tables: dict[str, Path]) -> dict:
     """Make each sweep named like a stored partial table start from that table's points.
 
-    Patches ``al.sweep`` in this process (``store`` of a table whose stored copy is partial): the
+    Patches ``ab.sweep`` in this process (``store`` of a table whose stored copy is partial): the
     points it already holds are written into the sweep's checkpoint first (:func:`_seed_checkpoint`),
     so a table computed in parts, on machines that keep nothing but ``results/``, is finished
     without recomputing them. The returned dict receives, per table, the points taken over.
     """
-    sweep = al.sweep
+    sweep = ab.sweep
     seeded: dict[str, int] = {}
 
     def sweep_resumed(fn, points, *args, **kw):
@@ -827,13 +827,13 @@ def _resume_from_stored(al, tables: dict[str, Path]) -> dict:
             seeded[name] = _seed_checkpoint(path, points, tables[name])
         return sweep(fn, points, *args, **kw)
 
-    al.sweep = sweep_resumed
+    ab.sweep = sweep_resumed
     return seeded
 
 
 def _reseal(path: Path, **changes) -> None:
     """Rewrite a stored table's record with ``changes`` (``None`` drops a field), sealed again."""
-    from attnlib._store import load_result, save_result
+    from attnbook.store import load_result, save_result
 
     df, record = load_result(path)
     record = {k: v for k, v in dict(record, **changes).items() if v is not None}
@@ -884,8 +884,8 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
-    checkpointed = _count_checkpointed(ns["al"])
-    asked = _first_points(ns["al"], points, segments) if points else {}
+    checkpointed = _count_checkpointed(ns["ab"])
+    asked = _first_points(ns["ab"], points, segments) if points else {}
     partial = {}  # stored partial tables: resumed from, then stored again with the points added
     earlier = {}  # their records: the wall time they took already
     for name in segments:
@@ -894,7 +894,7 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
             record = json.loads(path.with_suffix(".provenance.json").read_text())
             if record.get("partial"):
                 partial[name], earlier[name] = path, record
-    seeded = _resume_from_stored(ns["al"], partial) if partial else {}
+    seeded = _resume_from_stored(ns["ab"], partial) if partial else {}
     for fn, src in zip(defs, setup[2:], strict=True):
         exec(compile(src, f"{chapter}[def {fn}]", "exec"), ns)
     for name, code in segments.items():
@@ -968,7 +968,7 @@ def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dic
 
     import pandas as pd
 
-    from attnlib._store import load_result
+    from attnbook.store import load_result
 
     stored, _ = load_result(ROOT / "results" / chapter / f"{name}.csv")
     setup, segments = plan_tables(chapter, [] if call else [cell or name], defs, (pre,) if pre else ())
@@ -978,8 +978,8 @@ def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dic
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=None)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
-    al = ns["al"]
-    sweep, stored_or_compute = al.sweep, al.stored_or_compute
+    ab = ns["ab"]
+    sweep, stored_or_compute = ab.sweep, ab.stored_or_compute
     chosen: list[dict] = []
     fresh: list[pd.DataFrame] = []
 
@@ -1000,22 +1000,22 @@ def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dic
         elif fresh:  # computed already (by a set-up cell that the call repeats)
             df = fresh[-1]
         else:
-            al.sweep = sweep_slice
+            ab.sweep = sweep_slice
             try:
                 df = compute()
             finally:
-                al.sweep = sweep
+                ab.sweep = sweep
             fresh.append(df)
         df.attrs.update(provenance={"stored": table != name, "stale": False}, note="")
         return df
 
-    al.stored_or_compute = compute_only
+    ab.stored_or_compute = compute_only
     try:
         for fn, src in zip((*defs, *(["pre"] if pre else [])), setup[2:], strict=True):
             exec(compile(src, f"{chapter}[{fn}]", "exec"), ns)
         exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
     finally:
-        al.stored_or_compute = stored_or_compute
+        ab.stored_or_compute = stored_or_compute
     if not chosen or not fresh:
         raise ValueError(f"{chapter}/{name}: its code computed no table of the chosen points")
     return fresh[-1], stored, chosen
@@ -1057,7 +1057,7 @@ def compare_slice(fresh, stored, chosen: list[dict], on: tuple = (), ignore: tup
     cols = [c for c in fresh.columns if c in stored.columns and c not in keys and c not in ignore
             and not _is_time(c)]
 
-    from attnlib._sweep import _key
+    from attnbook.sweeps import _key
 
     def groups(df) -> dict[str, tuple[dict, list[dict]]]:
         out: dict = {}
@@ -1132,8 +1132,8 @@ def main(argv=None) -> int:
         TABLE.write_text(markdown(saved["rows"], saved["provenance"]))
         print(TABLE.read_text())
         return 0
+    from attnbook.runs import git_commit
     from attnlib import __version__
-    from attnlib._runtime import git_commit
 
     # the quick build's sweep times: from this machine's build, else those the last report used
     quick, quick_from = quick_sweeps(), "the quick build on the same machine"

@@ -37,7 +37,7 @@ def html_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def summaries() -> dict[str, dict]:
-    from attnlib.book import toc_chapters
+    from attnbook.book import toc_chapters
 
     return {
         ch: json.loads(_need(EXECUTED / f"{ch}.summary.json").read_text()) for ch in toc_chapters()
@@ -63,8 +63,8 @@ def tiny_book(root: Path, chapter: str, text: str) -> Path:
 
 
 def point_book_at(root: Path, monkeypatch) -> None:
-    """Make ``attnlib.book`` build the book folder ``root`` (its chapters, outputs, cache, site)."""
-    from attnlib import book
+    """Make ``attnbook.book`` build the book folder ``root`` (its chapters, outputs, cache, site)."""
+    from attnbook import book
 
     for name, value in {
         "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",

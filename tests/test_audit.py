@@ -12,13 +12,14 @@ import shutil
 import pandas as pd
 import pytest
 
-import attnlib as al
-from attnlib import _store, book
+import attnbook as ab
+from attnbook import book
+from attnbook import store as _store
 
 
 def _store_one(root, chapter="03-positional-semantic", name="table"):
     """A result stored as a chapter's full run stores it (record with per-module code hashes)."""
-    run = al.start_chapter(chapter, profile="full", device="cpu", quiet=True)
+    run = ab.start_chapter(chapter, profile="full", device="cpu", quiet=True)
     df = pd.DataFrame({"alpha": [0.5, 1.0], "eps_g": [0.25, 0.125]})
     _store.save_result(df, root / chapter / f"{name}.csv", _store.provenance(run, {"n": 2}, 1.5))
     return root / chapter / f"{name}.csv"
@@ -41,10 +42,10 @@ def test_committed_results_audit_clean(capsys):
 def test_provenance_records_the_modules_the_chapter_uses(tmp_path):
     csv = _store_one(tmp_path)
     record = json.loads(csv.with_suffix(".provenance.json").read_text())
-    assert "attnlib/_runtime.py" in record["code"] and any(m.startswith("attnlib/dotattn/")
-                                                        for m in record["code"])
-    # the build, plotting, store and sweep-driver modules never compute a stored number: not recorded
-    assert not set(record["code"]) & _store.NOT_RESULT_CODE
+    assert any(m.startswith("attnlib/dotattn/") for m in record["code"])
+    # only science is recorded: nothing of attnbook, and not another chapter's model
+    assert all(m.startswith("attnlib/") for m in record["code"])
+    assert not any(m.startswith(("attnlib/paths/", "attnlib/mha")) for m in record["code"])
     assert _store.code_changes(record) == []
     [row] = _store.audit(tmp_path)
     assert row["result"] == "03-positional-semantic/table" and row["rows"] == 2
@@ -62,24 +63,27 @@ def test_changed_code_is_reported_not_an_error(tmp_path, capsys):
     assert "changed: attnlib/dotattn/theory.py" in out and "1 produced by code that has changed" in out
 
 
-def test_build_only_modules_do_not_make_a_result_stale(tmp_path):
-    # an older record that lists the site-build module, produced by another version of it
+def test_a_module_the_record_lists_but_that_is_gone_is_a_change(tmp_path):
+    # every attnlib file is result code: a listed module that no longer exists makes the table stale
     csv = _store_one(tmp_path)
     record = json.loads(csv.with_suffix(".provenance.json").read_text())
     record["code"]["attnlib/book.py"] = "0" * 16
-    assert _store.code_changes(record) == []
+    assert _store.code_changes(record) == ["attnlib/book.py (removed)"]
+    del record["code"]["attnlib/book.py"]
     record["code"]["attnlib/dotattn/theory.py"] = "0" * 16  # a model module: stale
     assert _store.code_changes(record) == ["attnlib/dotattn/theory.py"]
 
 
 def test_package_init_only_re_exports():
-    # attnlib/__init__.py is left out of a result's code hashes (NOT_RESULT_CODE): that holds only
-    # while it computes nothing, so it may hold a docstring, imports, __version__ and __all__
+    # attnlib/__init__.py counts for a chapter only through the names it takes from the package
+    # face (attnbook.book.chapter_modules): that holds only while it computes nothing, so it may
+    # hold a docstring, imports, __version__ and __all__
     import ast
     from pathlib import Path
 
-    init = Path(al.__file__)
-    assert f"attnlib/{init.name}" in _store.NOT_RESULT_CODE
+    import attnlib
+
+    init = Path(attnlib.__file__)
     body = ast.parse(init.read_text()).body
     names = set()
     for node in body:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from attnlib import book
+from attnbook import book
 from attnlib._validation import ParameterError
 
 from .conftest import ROOT, myst_chapter
@@ -39,7 +39,7 @@ def test_scheduler_auto_only_where_it_is_the_chapters_default():
 
 
 def test_bad_profile_exits_at_once_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "attnlib.book", "run", "00-attention",
+    proc = subprocess.run([sys.executable, "-m", "attnbook.book", "run", "00-attention",
                            "-p", "profile=fast"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -99,7 +99,7 @@ def test_colab_notebook_twin_is_in_sync(chapter):
     import jupytext
     import nbformat
 
-    from attnlib import _colab
+    from attnbook import colab as _colab
 
     twin = ROOT / "chapters" / f"{chapter}.ipynb"
     assert twin.exists(), f"run `attnbook sync` to write {twin.name}"

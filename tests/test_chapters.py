@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from attnlib.book import toc_chapters
+from attnbook.book import toc_chapters
 
 from .conftest import EXECUTED
 

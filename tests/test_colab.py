@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-from attnlib import _colab
-from attnlib.book import toc_chapters
+from attnbook import colab as _colab
+from attnbook.book import toc_chapters
 
 from .conftest import ROOT
 

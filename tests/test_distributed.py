@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import attnlib as al
-from attnlib import _sweep
+import attnbook as ab
+from attnbook import sweeps as _sweep
 
 from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
@@ -81,8 +81,8 @@ def _worker_pids(client) -> dict[str, int]:
 
 def test_scheduler_values_are_checked_before_anything_runs(tmp_path):
     for bad in ("loca", "local:0", "tcp://host", "http://host:8786", 3):
-        with pytest.raises(al.ParameterError, match="scheduler="):
-            al.sweep(slow_square, [{"i": 1}], "x", path=tmp_path / "x.jsonl", scheduler=bad)
+        with pytest.raises(ab.ParameterError, match="scheduler="):
+            ab.sweep(slow_square, [{"i": 1}], "x", path=tmp_path / "x.jsonl", scheduler=bad)
     assert not (tmp_path / "x.jsonl").exists() or not _lines(tmp_path / "x.jsonl")
     assert _sweep.check_scheduler("serial") is None
     assert _sweep.check_scheduler("tcp://10.0.0.1:8786") == "tcp://10.0.0.1:8786"
@@ -90,8 +90,8 @@ def test_scheduler_values_are_checked_before_anything_runs(tmp_path):
 
 def test_local_cluster_returns_the_serial_table(client, tmp_path):
     points = [{"i": i} for i in range(6)]
-    serial = al.sweep(two_rows, points, "s", path=tmp_path / "serial.jsonl")
-    dask = al.sweep(two_rows, points, "s", path=tmp_path / "dask.jsonl", scheduler=LOCAL)
+    serial = ab.sweep(two_rows, points, "s", path=tmp_path / "serial.jsonl")
+    dask = ab.sweep(two_rows, points, "s", path=tmp_path / "dask.jsonl", scheduler=LOCAL)
     pd.testing.assert_frame_equal(serial.drop(columns="elapsed_s"), dask.drop(columns="elapsed_s"))
     assert len(dask) == 12 and len(_lines(tmp_path / "dask.jsonl")) == 6
     # the embedded cluster is started once and reused by later sweeps of the same process
@@ -105,7 +105,7 @@ def worker_malloc_env(i: int) -> dict:
 def test_local_workers_keep_glibcs_adaptive_allocator(client, tmp_path):
     # Dask's default MALLOC_TRIM_THRESHOLD_ turns off glibc's adaptive mmap threshold, which
     # made the torch point functions about twice as slow on the workers: it must be unset there
-    df = al.sweep(worker_malloc_env, [{"i": i} for i in range(4)], "env", path=tmp_path / "e.jsonl",
+    df = ab.sweep(worker_malloc_env, [{"i": i} for i in range(4)], "env", path=tmp_path / "e.jsonl",
                   scheduler=LOCAL)
     assert set(df.trim) == {_TRIM_AT_START}
     assert os.getpid() not in set(df.pid)
@@ -128,7 +128,7 @@ def test_killing_a_worker_mid_sweep_loses_no_point(client, tmp_path):
     killer = threading.Thread(target=kill_after_two_points, daemon=True)
     killer.start()
     points = [{"i": i, "delay": 0.4} for i in range(12)]
-    df = al.sweep(slow_square, points, "kill", path=path, scheduler=LOCAL)
+    df = ab.sweep(slow_square, points, "kill", path=path, scheduler=LOCAL)
     killer.join(timeout=10)
     assert killed.is_set()
     assert df.sq.tolist() == [i * i for i in range(12)]
@@ -143,12 +143,12 @@ def test_failed_points_are_retried_then_reported_by_name(client, tmp_path):
     fn = functools.partial(flaky, marker_dir=str(tmp_path))
     points = [{"i": i} for i in range(6)]
     with pytest.raises(_sweep.SweepError, match=r'1 of 6 points failed.*\{"i": 3\}.*point 3 always fails'):
-        al.sweep(fn, points, "flaky", path=path, scheduler=LOCAL, retries=2)
+        ab.sweep(fn, points, "flaky", path=path, scheduler=LOCAL, retries=2)
     saved = sorted(entry["point"]["i"] for entry in _lines(path))
     assert saved == [0, 1, 2, 4, 5]  # the transient failure of point 1 was retried
     # running again computes only the failed point
     calls = tmp_path / "calls.txt"
-    df = al.sweep(functools.partial(counted_square, calls=str(calls)), points, "flaky", path=path,
+    df = ab.sweep(functools.partial(counted_square, calls=str(calls)), points, "flaky", path=path,
                   scheduler=LOCAL)
     assert calls.read_text().split() == ["3"]
     assert df.sq.tolist() == [i * i for i in range(6)]
@@ -156,10 +156,10 @@ def test_failed_points_are_retried_then_reported_by_name(client, tmp_path):
 
 DRIVER = """\
 import functools, sys
-import attnlib as al
+import attnbook as ab
 from tests.test_distributed import counted_square
 fn = functools.partial(counted_square, calls=sys.argv[3], delay=0.5)
-al.sweep(fn, [{"i": i} for i in range(20)], "resume", path=sys.argv[2], scheduler=sys.argv[1])
+ab.sweep(fn, [{"i": i} for i in range(20)], "resume", path=sys.argv[2], scheduler=sys.argv[1])
 """
 
 
@@ -190,7 +190,7 @@ def test_interrupted_driver_resumes_from_the_checkpoint(client, tmp_path):
     time.sleep(1.0)  # let tasks the scheduler cancelled stop writing to calls1
 
     fn = functools.partial(counted_square, calls=str(calls2), delay=0.0)
-    df = al.sweep(fn, [{"i": i} for i in range(20)], "resume", path=path, scheduler=LOCAL)
+    df = ab.sweep(fn, [{"i": i} for i in range(20)], "resume", path=path, scheduler=LOCAL)
     again = [int(i) for i in calls2.read_text().split()]
     assert not first & set(again)  # points finished before the interruption are not recomputed
     assert sorted(again) == sorted(set(range(20)) - first)
@@ -207,16 +207,16 @@ scheduler = "serial"
 """, """
 import os
 
-import attnlib as al
+import attnbook as ab
 
-run = al.start_chapter("99-dask", profile=profile, device=device, seed=seed, quiet=True)
+run = ab.start_chapter("99-dask", profile=profile, device=device, seed=seed, quiet=True)
 
 
 def point(i):  # defined in the notebook: sent to the workers by value
     return {"sq": i * i, "pid": os.getpid()}
 
 
-res = al.sweep(point, [{"i": i} for i in range(6)], "squares", run=run, scheduler=scheduler)
+res = ab.sweep(point, [{"i": i} for i in range(6)], "squares", run=run, scheduler=scheduler)
 run.record(total=int(res.sq.sum()), in_kernel=int((res.pid == os.getpid()).sum()))
 run.write_summary()
 """)
@@ -224,7 +224,7 @@ run.write_summary()
 
 @pytest.fixture
 def dask_book(tmp_path, monkeypatch):
-    from attnlib import book
+    from attnbook import book
 
     root = tmp_path / "root"
     tiny_book(root, "99-dask", CHAPTER)

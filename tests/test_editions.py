@@ -11,8 +11,8 @@ import re
 import pytest
 from bs4 import BeautifulSoup
 
-from attnlib import _edition
-from attnlib.book import BUILD, build_site, toc_chapters
+from attnbook import edition as _edition
+from attnbook.book import BUILD, build_site, toc_chapters
 
 pytestmark = pytest.mark.book
 

@@ -1,4 +1,4 @@
-"""The book's one number formatter (attnlib.fmt) and the site extension that uses it."""
+"""The book's one number formatter (attnbook.fmt) and the site extension that uses it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from attnlib.fmt import fmt_sci, sci_parts, sci_range, sci_segments, sci_text
+from attnbook.fmt import fmt_sci, sci_parts, sci_range, sci_segments, sci_text
 
 from .conftest import ROOT
 

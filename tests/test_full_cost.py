@@ -99,24 +99,24 @@ def test_points_option_stores_the_first_points_and_says_so(tmp_path):
 
     import pandas as pd
 
-    from attnlib._store import load_result, save_result
+    from attnbook.store import load_result, save_result
 
     calls = {}
-    al = SimpleNamespace(
+    ab = SimpleNamespace(
         sweep=lambda fn, points, *a, **kw: calls.update(swept=points),
         stored_or_compute=lambda run, name, compute, params, **kw: (
             calls.update(params=params), compute())[1])
-    asked = fc._first_points(al, 2, ["t", "u"])
+    asked = fc._first_points(ab, 2, ["t", "u"])
     pts = [dict(seed=s) for s in range(5)]
-    al.stored_or_compute(None, "t", lambda: al.sweep(None, pts), params=dict(points=pts, seed=0))
+    ab.stored_or_compute(None, "t", lambda: ab.sweep(None, pts), params=dict(points=pts, seed=0))
     assert calls["swept"] == pts[:2] and calls["params"]["points"] == pts[:2] and asked["of"] == 5
     # a table keyed by what it is computed from (chapter 3's) is keyed by the points it holds too
-    al.stored_or_compute(None, "u", lambda: al.sweep(None, pts), params=dict(alphas=[1.0], seed=0))
+    ab.stored_or_compute(None, "u", lambda: ab.sweep(None, pts), params=dict(alphas=[1.0], seed=0))
     assert calls["swept"] == pts[:2] and calls["params"]["first_points"] == 2
     # a table the cell computes on the way (not named) keeps every point and its own key
-    al.stored_or_compute(None, "v", lambda: al.sweep(None, pts), params=dict(points=pts, seed=0))
+    ab.stored_or_compute(None, "v", lambda: ab.sweep(None, pts), params=dict(points=pts, seed=0))
     assert calls["swept"] == pts and calls["params"]["points"] == pts
-    al.sweep(None, pts)  # and a sweep outside a named table is not cut either
+    ab.sweep(None, pts)  # and a sweep outside a named table is not cut either
     assert calls["swept"] == pts
 
     path = tmp_path / "t.csv"
@@ -136,9 +136,9 @@ def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
     older code produced is refused, not mixed with the current code's points."""
     import pandas as pd
 
-    from attnlib import sweep
-    from attnlib._runtime import source_hash
-    from attnlib._store import load_result, save_result
+    from attnbook.runs import source_hash
+    from attnbook.store import load_result, save_result
+    from attnbook.sweeps import sweep
 
     calls = []
 
@@ -176,14 +176,14 @@ def test_points_a_sweep_takes_from_an_earlier_checkpoint_are_counted_not_timed(t
     measured time as a lower bound instead of as the table's cost."""
     from types import SimpleNamespace
 
-    from attnlib import sweep
+    from attnbook.sweeps import sweep
 
     pts = [dict(seed=s) for s in range(4)]
     sweep(lambda seed: [dict(r=seed)], pts[:3], "t", path=tmp_path / "t.jsonl")  # the earlier run
-    al = SimpleNamespace(sweep=sweep)
-    found = fc._count_checkpointed(al)
-    al.sweep(lambda seed: [dict(r=seed)], pts, "t", path=tmp_path / "t.jsonl")
-    al.sweep(lambda seed: [dict(r=seed)], pts, "u", path=tmp_path / "u.jsonl")
+    ab = SimpleNamespace(sweep=sweep)
+    found = fc._count_checkpointed(ab)
+    ab.sweep(lambda seed: [dict(r=seed)], pts, "t", path=tmp_path / "t.jsonl")
+    ab.sweep(lambda seed: [dict(r=seed)], pts, "u", path=tmp_path / "u.jsonl")
     assert found == {"t": 3, "u": 0}
     row = dict(chapter="04", table="two-path (theory)")
     timed = {"cpu_s": 13.8, "how": "store"}

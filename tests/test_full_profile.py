@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 
-from attnlib import book
+from attnbook import book
 
 TOY_CH3 = {
     "hist": {"n_sequences": 400, "epochs": 1, "retrain_epochs": 1, "batch": 64},

@@ -7,7 +7,7 @@ import importlib.util
 
 import yaml
 
-from attnlib import _colab
+from attnbook import colab as _colab
 
 from .conftest import ROOT
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnlib import book
+from attnbook import book
 
 from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
@@ -31,9 +31,9 @@ flag = False       # a boolean
 import os
 import time
 
-import attnlib as al
+import attnbook as ab
 
-run = al.start_chapter("99-tiny", profile=profile, device=device, seed=seed, quiet=True)
+run = ab.start_chapter("99-tiny", profile=profile, device=device, seed=seed, quiet=True)
 delay = float(os.environ.get("TINY_DELAY", "0"))
 gate = os.environ.get("TINY_GATE")  # a test holds the execution here until it creates this file
 while gate and not os.path.exists(gate):
@@ -51,7 +51,7 @@ def point(i):
     return {"sq": i * i}
 
 
-res = al.sweep(point, [{"i": i} for i in range(n)], os.environ.get("TINY_SWEEP", "squares"), run=run)
+res = ab.sweep(point, [{"i": i} for i in range(n)], os.environ.get("TINY_SWEEP", "squares"), run=run)
 run.record(total=int(res.sq.sum()), flag=flag, is_bool=isinstance(flag, bool))
 run.write_summary()
 """)
@@ -65,7 +65,7 @@ def _make_root(root: Path) -> Path:
 
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
-    """A book tree with one tiny chapter; ``attnlib.book`` pointed at it."""
+    """A book tree with one tiny chapter; ``attnbook.book`` pointed at it."""
     root = _make_root(tmp_path / "root")
     point_book_at(root, monkeypatch)
     for var in ("TINY_DELAY", "TINY_FAIL", "TINY_SWEEP", "TINY_STORE"):
@@ -80,7 +80,7 @@ def _outputs(root: Path, slot: str = "99-tiny") -> dict[str, bytes]:
 
 def _cli(root: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
     env = {**os.environ, "ATTNBOOK_ROOT": str(root), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "attnlib.book", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "attnbook.book", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -134,10 +134,10 @@ def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypat
 
 
 def test_sweep_resumes_after_a_line_cut_short(tmp_path):
-    import attnlib as al
+    import attnbook as ab
 
     path = tmp_path / "s.jsonl"
-    al.sweep(lambda i: {"sq": i * i}, [{"i": i} for i in range(3)], "s", path=path)
+    ab.sweep(lambda i: {"sq": i * i}, [{"i": i} for i in range(3)], "s", path=path)
     text = path.read_text()
     path.write_text(text[: -len(text.splitlines()[-1]) // 2 - 1])  # killed mid-write of point 2
     calls = []
@@ -146,9 +146,9 @@ def test_sweep_resumes_after_a_line_cut_short(tmp_path):
         calls.append(i)
         return {"sq": i * i}
 
-    df = al.sweep(fn, [{"i": i} for i in range(4)], "s", path=path)
+    df = ab.sweep(fn, [{"i": i} for i in range(4)], "s", path=path)
     assert calls == [2, 3] and df.sq.tolist() == [0, 1, 4, 9]
-    again = al.sweep(fn, [{"i": i} for i in range(4)], "s", path=path)
+    again = ab.sweep(fn, [{"i": i} for i in range(4)], "s", path=path)
     assert calls == [2, 3] and again.sq.tolist() == [0, 1, 4, 9]  # nothing lost, nothing redone
 
 
@@ -206,7 +206,7 @@ def test_clean_stale_prunes_old_checkpoints_only(tiny):
 
 # ---- what the cache key covers ------------------------------------------------------------------
 def test_module_hash_ignores_comments_docstrings_and_formatting(tmp_path):
-    from attnlib._runtime import module_hash
+    from attnbook.runs import module_hash
 
     a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
     a.write_text('"""Doc."""\n\ndef f(x):\n    """Square."""\n    return x * x  # note\n')
@@ -218,10 +218,9 @@ def test_module_hash_ignores_comments_docstrings_and_formatting(tmp_path):
 def test_cache_key_follows_the_modules_a_chapter_imports(tiny):
     source = tiny / "chapters" / "99-tiny.md"
     modules = book.chapter_modules("99-tiny")
-    # al.start_chapter and al.sweep: attnlib/__init__, _runtime, _sweep and what they import
-    assert {"attnlib", "attnlib._runtime", "attnlib._sweep", "attnlib._validation"} <= modules
-    assert "attnlib.mha" not in modules and "attnlib.book" not in modules
-    source.write_text(source.read_text().replace("import attnlib as al", "import attnlib as al\n"
+    # ab.start_chapter and ab.sweep are machinery: the science the chapter uses is attnlib itself
+    assert modules == set()
+    source.write_text(source.read_text().replace("import attnbook as ab", "import attnbook as ab\n"
                                                  "from attnlib import attention as at"))
     assert "attnlib.attention" in book.chapter_modules("99-tiny")
     inputs = book.key_inputs("99-tiny", {"profile": "quick", "device": "cpu", "seed": 0})
@@ -327,14 +326,14 @@ def test_recompute_false_is_false():
 
 
 def test_usage_errors_exit_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "attnlib.book", "run"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "attnbook.book", "run"], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_chapter3_sizes_check_knows_every_entry_of_the_chapter():
     """The check reads PROFILE_SIZES from the chapter itself: every entry there is accepted."""
-    from attnlib import _chapter_params as cp
+    from attnbook import chapter_params as cp
 
     schema = cp.sizes_schema(cp._chapter_source("03-positional-semantic"))
     assert {"hist", "sim", "pd_d", "pd_alphas", "batch_by_alpha"} <= set(schema)
@@ -342,20 +341,20 @@ def test_chapter3_sizes_check_knows_every_entry_of_the_chapter():
 
 
 def test_profile_sizes_replaces_entries_and_config_fields_and_refuses_unknown_ones():
-    import attnlib as al
+    import attnbook as ab
     from attnlib import paths as ap
 
     profiles = {"quick": dict(draws=3, markov=ap.MARKOV_PROFILES["quick"])}
-    sizes = al.profile_sizes(profiles, "quick", {"draws": 1, "markov": {"P": 20}})
+    sizes = ab.profile_sizes(profiles, "quick", {"draws": 1, "markov": {"P": 20}})
     assert sizes["draws"] == 1 and sizes["markov"].P == 20
     assert sizes["markov"].D == ap.MARKOV_PROFILES["quick"].D  # the other fields stay
     assert profiles["quick"]["draws"] == 3  # the chapter's table is not changed
-    with pytest.raises(al.ParameterError, match=r"sizes: unknown entries \['drows'\]"):
-        al.profile_sizes(profiles, "quick", {"drows": 1})
+    with pytest.raises(ab.ParameterError, match=r"sizes: unknown entries \['drows'\]"):
+        ab.profile_sizes(profiles, "quick", {"drows": 1})
 
 
 def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
-    from attnlib import _chapter_params as cp
+    from attnbook import chapter_params as cp
 
     schema = cp.sizes_schema(cp._chapter_source("04-attention-paths"))
     assert schema["images"] == ("profile", "IMAGE_PROFILES")
@@ -370,44 +369,44 @@ def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
 
 # ---- stored results ----------------------------------------------------------------------------
 def test_tampered_stored_result_is_refused(tmp_path):
-    import attnlib as al
-    from attnlib._store import StoredResultError
+    import attnbook as ab
+    from attnbook.store import StoredResultError
 
-    run = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    run = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
     calls = []
 
     def compute():
         calls.append(1)
         return pd.DataFrame({"x": [1.0, 2.0], "y": [0.5, 0.25]})
 
-    al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
-    again = al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+    ab.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+    again = ab.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
     assert len(calls) == 1 and again.attrs["provenance"]["stored"] and again.attrs["note"]
     csv = tmp_path / "99-tiny" / "table.csv"
     csv.write_text(csv.read_text().replace("0.25", "0.35"))  # a number edited by hand
     with pytest.raises(StoredResultError, match="table.csv"):
-        al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+        ab.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
     record = tmp_path / "99-tiny" / "table.provenance.json"
     csv.write_text(csv.read_text().replace("0.35", "0.25"))
     edited = json.loads(record.read_text())
     edited["params"]["n"] = 3  # an edited provenance record
     record.write_text(json.dumps(edited))
     with pytest.raises(StoredResultError, match="table.provenance.json"):
-        al.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
+        ab.stored_or_compute(run, "table", compute, {"n": 2}, results_dir=tmp_path)
 
 
 def test_stale_stored_result_is_loaded_with_a_note(tmp_path):
-    import attnlib as al
-    from attnlib import _store
+    import attnbook as ab
+    from attnbook import store as _store
 
-    run = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    run = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
     df = pd.DataFrame({"x": [1.0]})
-    al.stored_or_compute(run, "t", lambda: df, {"n": 1}, results_dir=tmp_path)
+    ab.stored_or_compute(run, "t", lambda: df, {"n": 1}, results_dir=tmp_path)
     record_path = tmp_path / "99-tiny" / "t.provenance.json"
     record = json.loads(record_path.read_text())
     record["code_hash"] = "0" * 64  # produced by other code
     record_path.write_text(json.dumps(_store._seal(record), indent=2))
-    loaded = al.stored_or_compute(run, "t", lambda: df, {"n": 1}, results_dir=tmp_path)
+    loaded = ab.stored_or_compute(run, "t", lambda: df, {"n": 1}, results_dir=tmp_path)
     note = loaded.attrs["note"]
     assert loaded.attrs["provenance"]["stored"] and loaded.attrs["provenance"]["stale"]
     assert "older code" in note and "recompute" in note

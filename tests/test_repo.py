@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib._repo import committed_file
+from attnbook.repo import committed_file
 
 REL = "benchmarks/results/bench_paths.json"
 

@@ -13,14 +13,15 @@ import pandas as pd
 import pytest
 import torch
 
+import attnbook as ab
 import attnlib as al
-from attnlib._runtime import source_hash
+from attnbook.runs import source_hash
 
 
 # ---- validation -------------------------------------------------------------------------------
 def test_unknown_profile_names_parameter_and_allowed_values():
-    with pytest.raises(al.ParameterError) as err:
-        al.start_chapter("00-attention", profile="fast", quiet=True)
+    with pytest.raises(ab.ParameterError) as err:
+        ab.start_chapter("00-attention", profile="fast", quiet=True)
     msg = str(err.value)
     assert "\n" not in msg
     assert "profile='fast'" in msg and "'quick'" in msg and "'full'" in msg
@@ -28,24 +29,24 @@ def test_unknown_profile_names_parameter_and_allowed_values():
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "0", True])
 def test_bad_seed(seed):
-    with pytest.raises(al.ParameterError, match="seed="):
-        al.start_chapter("00-attention", seed=seed, quiet=True)
+    with pytest.raises(ab.ParameterError, match="seed="):
+        ab.start_chapter("00-attention", seed=seed, quiet=True)
 
 
 def test_unknown_device():
-    with pytest.raises(al.ParameterError, match="device='tpu'.*'auto', 'cpu', 'cuda'"):
-        al.resolve_device("tpu")
+    with pytest.raises(ab.ParameterError, match="device='tpu'.*'auto', 'cpu', 'cuda'"):
+        ab.resolve_device("tpu")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_cuda_without_gpu_is_refused():
-    with pytest.raises(al.ParameterError, match="device='cuda'.*no CUDA GPU"):
-        al.start_chapter("00-attention", device="cuda", quiet=True)
+    with pytest.raises(ab.ParameterError, match="device='cuda'.*no CUDA GPU"):
+        ab.start_chapter("00-attention", device="cuda", quiet=True)
 
 
 def test_auto_device_matches_availability():
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert al.resolve_device("auto").type == expected
+    assert ab.resolve_device("auto").type == expected
 
 
 @pytest.mark.parametrize(
@@ -62,7 +63,7 @@ def test_auto_device_matches_availability():
     ],
 )
 def test_checks_raise_one_line_errors(call, pattern):
-    with pytest.raises(al.ParameterError, match=pattern) as err:
+    with pytest.raises(ab.ParameterError, match=pattern) as err:
         call()
     assert "\n" not in str(err.value)
 
@@ -70,7 +71,7 @@ def test_checks_raise_one_line_errors(call, pattern):
 def test_checks_return_valid_values():
     assert al.check_int("n", 5) == 5
     assert al.check_float("lam", 0.5, minimum=0.0) == 0.5
-    assert al.check_choice("p", "quick", al.PROFILES) == "quick"
+    assert al.check_choice("p", "quick", ab.PROFILES) == "quick"
 
 
 # ---- seeding ----------------------------------------------------------------------------------
@@ -81,17 +82,17 @@ def _draws():
 
 
 def test_same_seed_gives_same_numbers():
-    al.seed_everything(7)
+    ab.seed_everything(7)
     first = _draws()
-    al.seed_everything(7)
+    ab.seed_everything(7)
     assert _draws() == first
-    al.seed_everything(8)
+    ab.seed_everything(8)
     assert _draws() != first
 
 
 def test_run_generators_are_reproducible_and_distinct(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run = al.start_chapter("t", seed=3, quiet=True)
+    run = ab.start_chapter("t", seed=3, quiet=True)
     a = torch.randn(4, generator=run.generator(1))
     assert torch.equal(a, torch.randn(4, generator=run.generator(1)))
     assert not torch.equal(a, torch.randn(4, generator=run.generator(2)))
@@ -104,14 +105,14 @@ def test_source_hash_is_stable():
 
 # ---- sweeps -----------------------------------------------------------------------------------
 def test_sweep_returns_tidy_frame(tmp_path):
-    df = al.sweep(lambda n, seed: {"sq": n * n + seed}, [{"n": n, "seed": 0} for n in range(4)],
+    df = ab.sweep(lambda n, seed: {"sq": n * n + seed}, [{"n": n, "seed": 0} for n in range(4)],
                   name="s", path=tmp_path / "s.jsonl")
     assert list(df["sq"]) == [0, 1, 4, 9]
     assert {"n", "seed", "sq", "elapsed_s"} <= set(df.columns)
 
 
 def test_sweep_several_rows_per_point(tmp_path):
-    df = al.sweep(lambda n: [{"k": k, "v": n * k} for k in range(3)], [{"n": 1}, {"n": 2}],
+    df = ab.sweep(lambda n: [{"k": k, "v": n * k} for k in range(3)], [{"n": 1}, {"n": 2}],
                   name="s", path=tmp_path / "s.jsonl")
     assert len(df) == 6 and df["v"].tolist() == [0, 1, 2, 0, 2, 4]
 
@@ -122,14 +123,14 @@ def test_sweep_killed_halfway_resumes_without_losing_points(tmp_path):
     log = tmp_path / "calls.log"
     script = textwrap.dedent(
         f"""
-        import os, attnlib as al
+        import os, attnbook as ab
         def fn(i):
             with open({str(log)!r}, "a") as fh:
                 fh.write(f"{{i}}\\n")
             if i == 3 and os.environ.get("KILL"):
                 os._exit(9)  # killed mid-point: nothing of point 3 is written
             return {{"value": i * 10}}
-        df = al.sweep(fn, [{{"i": i}} for i in range(6)], name="x", path={str(path)!r})
+        df = ab.sweep(fn, [{{"i": i}} for i in range(6)], name="x", path={str(path)!r})
         print(df["value"].tolist())
         """
     )
@@ -149,14 +150,14 @@ def test_sweep_killed_halfway_resumes_without_losing_points(tmp_path):
 
 def test_sweep_needs_a_place_to_write():
     with pytest.raises(ValueError, match="run= or path="):
-        al.sweep(lambda: {}, [{}], name="x")
+        ab.sweep(lambda: {}, [{}], name="x")
 
 
 # ---- result store and summaries ---------------------------------------------------------------
 @pytest.fixture
 def full_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    return al.start_chapter("09-test", profile="full", device="cpu", seed=2, quiet=True)
+    return ab.start_chapter("09-test", profile="full", device="cpu", seed=2, quiet=True)
 
 
 def test_stored_or_compute_records_provenance_and_reloads(full_run, tmp_path):
@@ -167,27 +168,27 @@ def test_stored_or_compute_records_provenance_and_reloads(full_run, tmp_path):
         return pd.DataFrame({"n": [1, 2], "err": [0.5, 0.25]})
 
     params = {"d": 10, "ns": [1, 2]}
-    first = al.stored_or_compute(full_run, "curve", compute, params, results_dir=tmp_path / "r")
+    first = ab.stored_or_compute(full_run, "curve", compute, params, results_dir=tmp_path / "r")
     record = json.loads((tmp_path / "r" / "09-test" / "curve.provenance.json").read_text())
     for key in ("attnlib_version", "git_commit", "device", "device_name", "torch_version",
                 "wall_s", "params", "date", "seed"):
         assert key in record
     assert record["params"] == params and record["torch_version"] == torch.__version__
     assert first.attrs["provenance"]["stored"] is False
-    again = al.stored_or_compute(full_run, "curve", compute, params, results_dir=tmp_path / "r")
+    again = ab.stored_or_compute(full_run, "curve", compute, params, results_dir=tmp_path / "r")
     assert len(calls) == 1 and again.attrs["provenance"]["stored"] is True
     pd.testing.assert_frame_equal(first, again)
     # other parameters, or an explicit request, recompute
-    al.stored_or_compute(full_run, "curve", compute, {"d": 11}, results_dir=tmp_path / "r")
-    al.stored_or_compute(full_run, "curve", compute, {"d": 11}, recompute=True,
+    ab.stored_or_compute(full_run, "curve", compute, {"d": 11}, results_dir=tmp_path / "r")
+    ab.stored_or_compute(full_run, "curve", compute, {"d": 11}, recompute=True,
                          results_dir=tmp_path / "r")
     assert len(calls) == 3
 
 
 def test_quick_profile_never_reads_or_writes_results(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run = al.start_chapter("09-test", profile="quick", quiet=True)
-    df = al.stored_or_compute(run, "c", lambda: pd.DataFrame({"a": [1]}), {}, results_dir=tmp_path)
+    run = ab.start_chapter("09-test", profile="quick", quiet=True)
+    df = ab.stored_or_compute(run, "c", lambda: pd.DataFrame({"a": [1]}), {}, results_dir=tmp_path)
     assert df.attrs["provenance"]["stored"] is False
     assert not (tmp_path / "09-test").exists()
 
@@ -211,8 +212,8 @@ def test_summary_rejects_nan(full_run):
 def test_sweep_reports_progress_to_the_build_log(tmp_path, monkeypatch):
     log = tmp_path / "progress.log"
     monkeypatch.setenv("ATTNLIB_PROGRESS_FILE", str(log))
-    al.sweep(lambda i: {"v": i}, [{"i": i} for i in range(3)], name="demo", path=tmp_path / "s.jsonl")
+    ab.sweep(lambda i: {"v": i}, [{"i": i} for i in range(3)], name="demo", path=tmp_path / "s.jsonl")
     lines = log.read_text().splitlines()
     assert lines[-1].startswith("sweep demo: 3/3 points")
-    al.sweep(lambda i: {"v": i}, [{"i": i} for i in range(4)], name="demo", path=tmp_path / "s.jsonl")
+    ab.sweep(lambda i: {"v": i}, [{"i": i} for i in range(4)], name="demo", path=tmp_path / "s.jsonl")
     assert "resuming after 3 finished points" in log.read_text()

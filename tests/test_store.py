@@ -7,69 +7,69 @@ import json
 import pandas as pd
 import pytest
 
-import attnlib as al
-from attnlib import _store
+import attnbook as ab
+from attnbook import store as _store
 
 
 def _store_full_table(tmp_path, values):
-    full = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    full = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
     df = pd.DataFrame({"x": [0.0, 1.0], "y": values})
-    al.stored_or_compute(full, "table", lambda: df, {"n": 2}, results_dir=tmp_path)
+    ab.stored_or_compute(full, "table", lambda: df, {"n": 2}, results_dir=tmp_path)
     return tmp_path / "99-tiny" / "table.csv"
 
 
 def test_quick_run_gets_the_stored_full_table_with_its_provenance(tmp_path):
     _store_full_table(tmp_path, [0.5, 0.25])
-    quick = al.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
-    df = al.stored_full(quick, "table", results_dir=tmp_path)
+    quick = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    df = ab.stored_full(quick, "table", results_dir=tmp_path)
     assert df is not None and df["y"].tolist() == [0.5, 0.25]
     record = df.attrs["provenance"]
     assert record["profile"] == "full" and record["params"] == {"n": 2} and not record["stale"]
     phrase = df.attrs["phrase"]
-    assert phrase == al.stored_phrase(df)
+    assert phrase == ab.stored_phrase(df)
     assert "full profile" in phrase and record["device_name"] in phrase and record["date"] in phrase
     assert "older code" not in phrase
 
 
 def test_no_stored_table_is_said_in_a_nonempty_phrase(tmp_path):
-    quick = al.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
-    assert al.stored_full(quick, "absent", results_dir=tmp_path) is None
-    assert al.stored_phrase(None).strip()  # myst-nb cannot glue an empty string
+    quick = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    assert ab.stored_full(quick, "absent", results_dir=tmp_path) is None
+    assert ab.stored_phrase(None).strip()  # myst-nb cannot glue an empty string
     # a full run shows its own table: nothing to put beside it
     _store_full_table(tmp_path, [0.5, 0.25])
-    full = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
-    assert al.stored_full(full, "table", results_dir=tmp_path) is None
+    full = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    assert ab.stored_full(full, "table", results_dir=tmp_path) is None
 
 
 def test_stored_full_refuses_an_edited_table_and_flags_older_code(tmp_path):
     csv = _store_full_table(tmp_path, [0.5, 0.25])
-    quick = al.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    quick = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
     record_path = csv.with_suffix(".provenance.json")
     record = json.loads(record_path.read_text())
     record["code_hash"] = "0" * 64  # produced by other code
     record.pop("code", None)
     record_path.write_text(json.dumps(_store._seal(record), indent=2))
-    df = al.stored_full(quick, "table", results_dir=tmp_path)
+    df = ab.stored_full(quick, "table", results_dir=tmp_path)
     assert df.attrs["provenance"]["stale"] and "older code" in df.attrs["phrase"]
     csv.write_text(csv.read_text().replace("0.25", "0.35"))
     with pytest.raises(_store.StoredResultError, match="table.csv"):
-        al.stored_full(quick, "table", results_dir=tmp_path)
+        ab.stored_full(quick, "table", results_dir=tmp_path)
 
 
 def test_list_and_dict_cells_round_trip_through_the_store(tmp_path):
     """Tables with a list or dict per cell (a matrix per width, per-seed curves) are stored as
     JSON text and read back as the same lists and dicts; plain columns keep their types."""
-    full = al.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    full = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
     df = pd.DataFrame({"N": [10, 30], "U": [[1.0, -0.5], [0.25, 2.0]],
                        "curve": [{"a": [1, 2]}, None], "name": ["x", "y,z"]})
-    al.stored_or_compute(full, "nested", lambda: df, {"n": 2}, results_dir=tmp_path)
+    ab.stored_or_compute(full, "nested", lambda: df, {"n": 2}, results_dir=tmp_path)
     record = json.loads((tmp_path / "99-tiny" / "nested.provenance.json").read_text())
     assert record["json_columns"] == ["U", "curve"]
     back, _ = _store.load_result(tmp_path / "99-tiny" / "nested.csv")
     assert back["U"].tolist() == [[1.0, -0.5], [0.25, 2.0]]
     assert back["curve"].tolist() == [{"a": [1, 2]}, None]
     assert back["N"].tolist() == [10, 30] and back["name"].tolist() == ["x", "y,z"]
-    again = al.stored_or_compute(full, "nested", lambda: pytest.fail("recomputed"), {"n": 2},
+    again = ab.stored_or_compute(full, "nested", lambda: pytest.fail("recomputed"), {"n": 2},
                                  results_dir=tmp_path)
     assert again["U"].tolist() == back["U"].tolist()
     # a table without nested cells gets no json_columns entry

@@ -7,7 +7,7 @@ one copy of every script (same file or same inline body, in the original order).
 Numbers glued into the text with an exponent format (``{glue:text}`key:.1e```) are printed by
 Python as ``1.6e-03``; here each one, alone or inside a glued string, becomes ``1.6 × 10⁻³`` (a
 superscript exponent), the way a reader writes it. The book's one number formatter,
-:mod:`attnlib.fmt`, does the cutting (chapters use its ``fmt_sci`` for what they print).
+:mod:`attnbook.fmt`, does the cutting (chapters use its ``fmt_sci`` for what they print).
 
 pydata-sphinx-theme reads the colour mode from the template variable ``default_mode``, which
 Jupyter Book leaves empty, so every page logged "Got invalid theme mode" to the console; it is
@@ -36,8 +36,8 @@ from sphinx.transforms.post_transforms.images import ImageConverter
 
 def glued_nodes(text: str) -> list[nodes.Node] | None:
     """The nodes that replace a glued text holding numbers in exponent notation (text and
-    superscript nodes, cut by :func:`attnlib.fmt.sci_segments`); None when it holds none."""
-    from attnlib.fmt import sci_segments
+    superscript nodes, cut by :func:`attnbook.fmt.sci_segments`); None when it holds none."""
+    from attnbook.fmt import sci_segments
 
     segments = sci_segments(text)
     if segments == [("text", text)]:

@@ -1,6 +1,6 @@
 """Stage the book for ``make pdf`` in ``_build/pdf/src`` (apart from the site's ``_build/src``).
 
-The staging is the site's (:func:`attnlib.book.stage_site`: configuration, prose pages and the
+The staging is the site's (:func:`attnbook.book.stage_site`: configuration, prose pages and the
 executed chapters), and the staged ``_config.yml`` gets the LaTeX settings, which the HTML site
 never reads:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from attnlib import book
+from attnbook import book
 
 LATEX = {"latex_engine": "xelatex", "use_jupyterbook_latex": False,
          "latex_documents": {"targetname": "book.tex"}}

@@ -55,10 +55,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _edition
-from ._validation import ParameterError
+import attnlib
+from attnlib._validation import ParameterError
 
-PACKAGE = Path(__file__).resolve().parent
+from . import edition as _edition
+
+#: the science package whose modules a chapter's cache key and stored results depend on
+PACKAGE = Path(attnlib.__file__).resolve().parent
 ROOT = Path(os.environ.get("ATTNBOOK_ROOT") or PACKAGE.parent).resolve()
 CHAPTERS = ROOT / "chapters"
 EXECUTED = ROOT / "book" / "chapters"
@@ -295,7 +298,7 @@ def parse_parameters(pairs: list[str] | None, schema: dict[str, Parameter] | Non
 
 def _check_type(name: str, value: Any, default: Any) -> Any:
     """The value of parameter ``name`` must have the type of its default."""
-    from ._validation import check_bool, check_float, check_int
+    from attnlib._validation import check_bool, check_float, check_int
 
     if default is None:
         return value
@@ -327,7 +330,7 @@ def chapter_checks(chapter: str, nb=None) -> list:
 
     Two ways to declare one, both read without executing the chapter: a comment line in the
     parameters cell, ``# attnbook: check attnlib.<module>:<function>``; or, in a model module the
-    chapter imports (or in :mod:`attnlib._chapter_params`), ``CHAPTER_CHECKS = {"<chapter id>":
+    chapter imports (or in :mod:`attnbook.chapter_params`), ``CHAPTER_CHECKS = {"<chapter id>":
     function}``. A check receives every
     parameter (defaults merged with the given values) and raises
     :class:`~attnlib.ParameterError` with one line naming the bad value.
@@ -342,7 +345,7 @@ def chapter_checks(chapter: str, nb=None) -> list:
         except (ImportError, AttributeError) as err:
             raise BuildError(f"chapter {chapter} declares the check {module}:{function}, "
                              f"which cannot be loaded ({err})") from None
-    for module in ["attnlib._chapter_params", *sorted(chapter_modules(chapter, nb))]:
+    for module in ["attnbook.chapter_params", *sorted(chapter_modules(chapter, nb))]:
         declared = getattr(importlib.import_module(module), "CHAPTER_CHECKS", None) or {}
         if chapter in declared and declared[chapter] not in checks:
             checks.append(declared[chapter])
@@ -356,8 +359,9 @@ def validate_parameters(chapter: str, params: dict, defaults: dict, nb=None) -> 
     chapter's declared checks (:func:`chapter_checks`, when ``nb`` is given) all raise
     :class:`ParameterError` with one line.
     """
-    from . import _runtime
-    from ._validation import check_choice, check_int
+    from attnlib._validation import check_choice, check_int
+
+    from . import runs as _runtime
 
     unknown = sorted(set(params) - set(defaults))
     if unknown:
@@ -375,7 +379,7 @@ def validate_parameters(chapter: str, params: dict, defaults: dict, nb=None) -> 
     if "scheduler" in merged and not (merged["scheduler"] == "auto"
                                       and defaults.get("scheduler") == "auto"):
         # "auto" only where the chapter's own default is "auto" (it resolves it itself)
-        from ._sweep import check_scheduler
+        from .sweeps import check_scheduler
 
         check_scheduler(merged["scheduler"])
     if nb is not None:
@@ -438,7 +442,8 @@ def _imports(tree: ast.AST, module: str | None) -> tuple[set[str], dict[str, str
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == _TOP or alias.name.startswith(_TOP + "."):
-                    found.add(alias.name)
+                    if alias.name != _TOP:  # the bare package: only the names used through it count
+                        found.add(alias.name)
                     if alias.name == _TOP or alias.asname is None:
                         package_aliases[alias.asname or _TOP] = _TOP
         elif isinstance(node, ast.ImportFrom):
@@ -446,7 +451,8 @@ def _imports(tree: ast.AST, module: str | None) -> tuple[set[str], dict[str, str
                 node.module if node.level == 0 else None)
             if not source or not (source == _TOP or source.startswith(_TOP + ".")):
                 continue
-            found.add(source)
+            if source != _TOP:  # ``from attnlib import x``: x (a module, or the module it comes from)
+                found.add(source)
             for alias in node.names:
                 sub = f"{source}.{alias.name}"
                 if _module_file(sub) is not None:
@@ -486,11 +492,13 @@ def chapter_modules(chapter: str, nb=None) -> set[str]:
     The chapter's imports (``import attnlib.x``, ``from attnlib import x``, and for
     ``import attnlib as al`` the modules of the names it uses, ``al.start_chapter`` ->
     ``attnlib._runtime``), every module those import in turn, every module of an imported
-    subpackage, and ``attnlib/__init__.py`` itself.
+    subpackage. ``attnlib/__init__.py`` counts only when the chapter takes a name from the package
+    face itself (it re-exports and computes nothing; a test holds it to that). :mod:`attnbook`,
+    the machinery, never counts: it does not change a number.
     """
     nb = _read_chapter(chapter) if nb is None else nb
     exports = _init_exports()
-    wanted: set[str] = {_TOP}
+    wanted: set[str] = set()
     for tree in _parse_cells(nb):
         found, aliases = _imports(tree, None)
         for item in found:
@@ -524,7 +532,7 @@ def chapter_modules(chapter: str, nb=None) -> set[str]:
 
 def code_hashes(chapter: str, nb=None) -> dict[str, str]:
     """``{"attnlib/<file>.py": code hash}`` for every module the chapter depends on."""
-    from ._runtime import module_hash
+    from .runs import module_hash
 
     out = {}
     for module in chapter_modules(chapter, nb):
@@ -545,7 +553,7 @@ def device_label(device: str = "auto") -> str:
     """The device a run with parameter ``device`` actually uses: ``cpu`` or ``cuda:<GPU name>``."""
     import torch
 
-    from ._runtime import resolve_device
+    from .runs import resolve_device
 
     dev = resolve_device(device)
     return f"cuda:{torch.cuda.get_device_name(dev)}" if dev.type == "cuda" else dev.type
@@ -558,7 +566,7 @@ def _canonical(params: dict) -> dict:
 def results_hash(chapter: str) -> str:
     """Hash of the chapter's stored paper-scale tables, ``results/<chapter>/`` (or the store
     ``$ATTNLIB_RESULTS_DIR`` names): a quick page draws them beside its own, a full run loads them."""
-    from ._store import results_root
+    from .store import results_root
 
     folder = results_root() / chapter
     h = hashlib.sha256()
@@ -872,7 +880,7 @@ def _check_scheduler_answers(scheduler, timeout_s: float = 5.0) -> None:
     """A scheduler address must accept a connection before a kernel starts (ParameterError)."""
     import socket
 
-    from ._sweep import check_scheduler
+    from .sweeps import check_scheduler
 
     if scheduler == "auto":  # a chapter's own choice of serial or local execution
         return
@@ -893,8 +901,9 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     import papermill as pm
     import torch
 
-    from . import __version__
-    from ._runtime import device_name, resolve_device
+    from attnlib import __version__
+
+    from .runs import device_name, resolve_device
 
     notebook, summary = slot_paths(chapter, slot)
     work = CACHE / "work" / f"{slot}.{os.getpid()}"
@@ -1085,14 +1094,14 @@ AUDIT = Path("book") / "_generated" / "results-audit.md"
 
 def audit_markdown(results_dir: str | Path | None = None) -> str:
     """The table of :func:`attnlib._store.audit` as markdown, for the reproducibility page."""
-    from ._store import audit, audit_table
+    from .store import audit, audit_table
 
     return audit_table(audit(results_dir))
 
 
 def audit_command(results_dir: str | None = None, log=print) -> int:
     """``attnbook audit``: print the table; 1 when a record is malformed or unreadable, else 0."""
-    from ._store import audit, audit_table, results_root
+    from .store import audit, audit_table, results_root
 
     root = results_root(results_dir)
     rows = audit(root)
@@ -1279,7 +1288,7 @@ def sync(log=print) -> list[Path]:
     """
     import jupytext
 
-    from . import _colab
+    from . import colab as _colab
 
     written = []
     for md in sorted(CHAPTERS.glob("*.md")):

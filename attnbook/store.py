@@ -25,8 +25,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ._runtime import Run, _jsonable, device_name, git_commit, module_hash, source_hash
-from ._validation import ParameterError
+from attnlib._validation import ParameterError
+
+from .runs import Run, _jsonable, device_name, git_commit, module_hash, source_hash
 
 __all__ = [
     "RESULTS_DIR",
@@ -76,22 +77,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-#: Modules a chapter imports that never compute a stored number: the site build, the editions,
-#: formatting and plotting, the store itself (a stored table is sealed by its checksum, so a
-#: change here cannot alter it unnoticed) and the sweep driver (where points run and how they are
-#: checkpointed; the numbers come from the point functions, and tests check that every scheduler
-#: returns the serial table). The package's ``__init__.py`` only re-exports the public API (a test
-#: holds it to imports, ``__version__`` and ``__all__``); the modules it imports are hashed on
-#: their own. Editing these does not make a stored result stale.
-NOT_RESULT_CODE = frozenset({
-    "attnlib/__init__.py", "attnlib/book.py", "attnlib/_colab.py", "attnlib/_edition.py", "attnlib/_store.py",
-    "attnlib/plotting.py", "attnlib/fmt.py", "attnlib/_sweep.py",
-})
-
-
 def _chapter_code(chapter: str) -> dict[str, str]:
     """``{"attnlib/<module>.py": code hash}`` of the modules chapter ``chapter`` uses to compute its
-    results ({} if unknown; the modules of :data:`NOT_RESULT_CODE` are left out)."""
+    results ({} if unknown). Every module of :mod:`attnlib` is result code; nothing of
+    :mod:`attnbook` is listed."""
     from . import book
 
     try:
@@ -99,7 +88,7 @@ def _chapter_code(chapter: str) -> dict[str, str]:
     except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError, ImportError):
         # outside a clone (a wheel install, Colab) there is no chapter source to read
         return {}
-    return {rel: h for rel, h in code.items() if rel not in NOT_RESULT_CODE}
+    return code
 
 
 def code_changes(record: Mapping[str, Any]) -> list[str]:
@@ -107,16 +96,13 @@ def code_changes(record: Mapping[str, Any]) -> list[str]:
 
     Compares the recorded per-module hashes (``code``: the modules the chapter used, hashed by
     :func:`~attnlib._runtime.module_hash`) with the files now; a record without them is compared
-    by the hash of the whole package (``code_hash``). Modules of :data:`NOT_RESULT_CODE` are not
-    compared (older records list them too).
+    by the hash of the whole package (``code_hash``).
     """
     code = record.get("code")
     if isinstance(code, dict) and code:
         root = Path(__file__).resolve().parent.parent
         changed = []
         for rel, digest in sorted(code.items()):
-            if rel in NOT_RESULT_CODE:
-                continue
             path = root / rel
             if not path.exists():
                 changed.append(f"{rel} (removed)")
@@ -128,7 +114,7 @@ def code_changes(record: Mapping[str, Any]) -> list[str]:
 
 def provenance(run: Run, params: Mapping[str, Any], wall_s: float) -> dict:
     """Who computed a result, where and how: versions, commit, code hashes, device, parameters."""
-    from . import __version__
+    from attnlib import __version__
 
     return {
         "chapter": run.chapter,
@@ -309,7 +295,7 @@ def stored_full(run: Run, name: str, results_dir: str | Path | None = None) -> p
         if not path.exists():
             return None
     else:
-        from ._repo import committed_file
+        from .repo import committed_file
 
         try:
             path = committed_file(f"results/{run.chapter}/{name}.csv")

@@ -20,12 +20,10 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def cache_dir() -> Path:
-    """``$ATTNLIB_CACHE_DIR``, else ``$XDG_CACHE_HOME/attnlib``, else ``~/.cache/attnlib``."""
-    env = os.environ.get("ATTNLIB_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "attnlib"
+    """attnlib's cache folder (:func:`attnlib.glyphs.glyph_cache_dir`)."""
+    from attnlib.glyphs import glyph_cache_dir
+
+    return glyph_cache_dir()
 
 
 def committed_file(relpath: str) -> Path:

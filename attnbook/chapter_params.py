@@ -17,7 +17,7 @@ import ast
 import math
 from dataclasses import replace
 
-from ._validation import ParameterError, check_bool, check_float, check_int
+from attnlib._validation import ParameterError, check_bool, check_float, check_int
 
 __all__ = ["CHAPTER_CHECKS", "profile_sizes", "sizes_schema", "check_sizes",
            "check_positional_semantic", "check_attention_paths"]
@@ -153,7 +153,7 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
 def check_positional_semantic(params: dict) -> None:
     """Chapter 3 (``03-positional-semantic``): ``recompute`` is a boolean and ``sizes`` only
     replaces entries of the chapter's ``PROFILE_SIZES``, each with a value of the right kind."""
-    from . import dotattn
+    from attnlib import dotattn
 
     check_bool("recompute", params.get("recompute", False))
     sizes = params.get("sizes", {})
@@ -164,7 +164,7 @@ def check_positional_semantic(params: dict) -> None:
 def check_attention_paths(params: dict) -> None:
     """Chapter 4 (``04-attention-paths``): ``sizes`` only replaces entries of the chapter's
     ``PROFILE_SIZES``, each with a value of the right kind."""
-    from . import paths
+    from attnlib import paths
 
     sizes = params.get("sizes", {})
     if sizes:

@@ -25,7 +25,7 @@ RUNTIMES = Path("book") / "_generated" / "runtimes.json"
 
 
 def check_edition(edition: str) -> str:
-    from ._validation import check_choice
+    from attnlib._validation import check_choice
 
     return check_choice("edition", edition, EDITIONS)
 

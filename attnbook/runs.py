@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._validation import ParameterError, check_choice, check_int
+import attnlib
+from attnlib._validation import ParameterError, check_choice, check_int
 
 __all__ = [
     "PROFILES",
@@ -42,7 +43,8 @@ PROFILES = ("quick", "full")
 DEVICES = ("auto", "cpu", "cuda")
 #: Largest accepted ``seed`` (NumPy's legacy generator takes 32-bit seeds; offsets stay in range).
 SEED_MAX = 2**32 - 1
-_PACKAGE_DIR = Path(__file__).resolve().parent
+#: the science package: every file in it is result code
+_PACKAGE_DIR = Path(attnlib.__file__).resolve().parent
 
 
 def seed_everything(seed: int) -> None:
@@ -96,7 +98,11 @@ def module_hash(path: str | Path) -> str:
     Comments, formatting and docstrings do not change the hash; any change of what the module
     computes does. A file that does not parse is hashed byte by byte.
     """
-    source = Path(path).read_bytes()
+    return code_hash(Path(path).read_bytes())
+
+
+def code_hash(source: bytes) -> str:
+    """:func:`module_hash` of a module's source text (e.g. an older version read from git)."""
     try:
         tree = _strip_docstrings(ast.parse(source))
     except (SyntaxError, ValueError):
@@ -105,14 +111,10 @@ def module_hash(path: str | Path) -> str:
 
 
 def source_hash() -> str:
-    """SHA-256 over the code (:func:`module_hash`) of every attnlib module chapters compute with.
-
-    The book CLI (``attnlib/book.py``) is left out: it drives executions but does not change them.
-    """
+    """SHA-256 over the code (:func:`module_hash`) of every module of :mod:`attnlib`, the science
+    package (every file in it is result code; the machinery lives in :mod:`attnbook`)."""
     digest = hashlib.sha256()
     for path in sorted(_PACKAGE_DIR.rglob("*.py")):
-        if path.name == "book.py" and path.parent == _PACKAGE_DIR:
-            continue
         digest.update(path.relative_to(_PACKAGE_DIR).as_posix().encode())
         digest.update(module_hash(path).encode())
     return digest.hexdigest()
@@ -219,7 +221,7 @@ class Run:
 
 
 def _version() -> str:
-    from . import __version__
+    from attnlib import __version__
 
     return __version__
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import pandas as pd
 
-from ._runtime import Run, _jsonable
-from ._validation import ParameterError
+from attnlib._validation import ParameterError
+
+from .runs import Run, _jsonable
 
 __all__ = ["sweep", "SweepError", "check_scheduler", "SCHEDULERS"]
 

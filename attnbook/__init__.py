@@ -1,0 +1,42 @@
+"""attnbook: the machinery of the book *The theory of attention layers*, which never changes a number.
+
+It runs chapters (parameters, cache keys, execution, output slots), sweeps their points (serially
+or on Dask, resuming from checkpoints), stores and audits paper-scale tables with provenance,
+builds the site, its editions and the Colab twins, and holds the plotting theme and the number
+formatter. The science lives in :mod:`attnlib`; this package imports it, never the reverse.
+
+A chapter uses the kit through ``import attnbook as ab``: :func:`start_chapter`, :func:`sweep`,
+:func:`stored_or_compute` / :func:`stored_full` / :func:`stored_phrase` for tables that may be
+stored at paper scale, :func:`profile_sizes`, :func:`committed_file` and :mod:`attnbook.plotting`.
+The command line is ``attnbook`` (:mod:`attnbook.book`).
+"""
+
+from attnlib import ParameterError
+
+from . import plotting
+from .chapter_params import profile_sizes
+from .repo import committed_file
+from .runs import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
+from .store import load_result, provenance, save_result, stored_full, stored_or_compute, stored_phrase
+from .sweeps import SweepError, sweep
+
+__all__ = [
+    "plotting",
+    "DEVICES",
+    "ParameterError",
+    "PROFILES",
+    "Run",
+    "SweepError",
+    "committed_file",
+    "load_result",
+    "profile_sizes",
+    "provenance",
+    "resolve_device",
+    "save_result",
+    "seed_everything",
+    "start_chapter",
+    "stored_full",
+    "stored_or_compute",
+    "stored_phrase",
+    "sweep",
+]
