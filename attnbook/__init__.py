@@ -7,7 +7,10 @@ formatter. The science lives in :mod:`attnlib`; this package imports it, never t
 
 A chapter uses the kit through ``import attnbook as ab``: :func:`start_chapter`, :func:`sweep`,
 :func:`stored_or_compute` / :func:`stored_full` / :func:`stored_phrase` for tables that may be
-stored at paper scale, :func:`profile_sizes`, :func:`committed_file` and :mod:`attnbook.plotting`.
+stored at paper scale, :func:`profile_sizes`, :func:`committed_file`, :mod:`attnbook.plotting`,
+and :func:`claim`,
+which records a headline claim with its control and its held-out check for the *Claims and
+evidence* page.
 The command line is ``attnbook`` (:mod:`attnbook.book`).
 """
 
@@ -15,6 +18,7 @@ from attnlib import ParameterError
 
 from . import plotting
 from .chapter_params import profile_sizes
+from .claims import ClaimError, claim
 from .repo import committed_file
 from .runs import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from .store import load_result, provenance, save_result, stored_full, stored_or_compute, stored_phrase
@@ -27,6 +31,8 @@ __all__ = [
     "PROFILES",
     "Run",
     "SweepError",
+    "ClaimError",
+    "claim",
     "committed_file",
     "load_result",
     "profile_sizes",

@@ -1,0 +1,70 @@
+"""Claims as records (attnbook.claims): a claim is checked against its own value, its held-out
+value and the disjointness of the held-out seeds; the claims page lists it."""
+
+from __future__ import annotations
+
+import pytest
+
+import attnbook as ab
+from attnbook import claims
+
+
+@pytest.fixture
+def run():
+    return ab.start_chapter("99-claims", profile="quick", device="cpu", seed=0, quiet=True)
+
+
+def _claim(run, **kw):
+    args = dict(statement="The error stays below 0.15.", criterion=("<", 0.15), control="random starts",
+                control_value=0.9, heldout=0.12, heldout_on=[3, 4, 5], figure_on=[0, 1, 2],
+                heldout_what="seeds 3-5", figure="fig-x", glue=False)
+    args.update(kw)
+    return ab.claim(run, "ch9-err", 0.1, **args)
+
+
+@pytest.mark.parametrize(("criterion", "value", "ok"), [
+    (("<", 1), 0.5, True), (("<", 1), 1.0, False), (("<=", 1), 1.0, True), ((">", 0), -0.1, False),
+    ((">=", 2), 2, True), (("between", 0.9, 1.1), 1.0, True), (("between", 0.9, 1.1), 1.2, False),
+    (("<", 1), float("nan"), False), (("<", 1), None, False),
+])
+def test_criteria(criterion, value, ok):
+    assert claims.holds(criterion, value) is ok
+
+
+def test_a_supported_claim_is_recorded(run):
+    assert _claim(run) == 0.1
+    record = run.records["claims"]["ch9-err"]
+    assert record["heldout"] == 0.12 and record["heldout_on"] == [3, 4, 5]
+    assert record["criterion"] == ["<", 0.15]
+    assert claims.check_claims({"09-x": run.records}) == 1
+
+
+def test_a_contradicting_held_out_value_fails(run):
+    with pytest.raises(ab.ClaimError, match="held-out value 0.2 .*contradicts the claim"):
+        _claim(run, heldout=0.2)
+    assert "claims" not in run.records
+
+
+def test_a_figure_value_that_fails_its_own_criterion_fails(run):
+    with pytest.raises(ab.ClaimError, match="figure's value"):
+        _claim(run, criterion=(">", 0.5))
+
+
+def test_held_out_seeds_must_differ_from_the_figure(run):
+    with pytest.raises(ab.ClaimError, match=r"reuses the figure's \[2\]"):
+        _claim(run, heldout_on=[2, 3])
+
+
+def test_the_site_check_catches_an_edited_summary(run):
+    _claim(run)
+    summary = {"claims": {"ch9-err": dict(run.records["claims"]["ch9-err"], heldout=0.3)}}
+    with pytest.raises(ab.ClaimError, match="09-x: claim ch9-err"):
+        claims.check_claims({"09-x": summary})
+
+
+def test_the_claims_page_has_one_row_per_claim(run):
+    _claim(run)
+    text = claims.claims_markdown({"09-x": run.records, "10-y": {}})
+    assert "### `09-x`" in text and "`10-y`" not in text
+    assert "The error stays below 0.15." in text and "random starts: 0.9" in text
+    assert "0.12 (seeds 3-5)" in text and "{numref}`fig-x`" in text and "below 0.15" in text
