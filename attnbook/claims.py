@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["ClaimError", "claim", "check_claim", "check_claims", "claims_markdown", "holds"]
+__all__ = ["ClaimError", "claim", "check_claim", "check_claims", "claims_markdown", "holds", "unchecked"]
 
 _OPS = {"<": "below", "<=": "at most", ">": "above", ">=": "at least", "between": "between"}
 
@@ -74,12 +74,14 @@ def check_claim(name: str, record: Mapping[str, Any]) -> None:
     if (not isinstance(criterion, list | tuple) or not criterion or criterion[0] not in _OPS
             or len(criterion) != (3 if criterion[0] == "between" else 2)):
         raise ClaimError(f"claim {name}: criterion {criterion!r} is not (op, x) or ('between', lo, hi)")
-    overlap = _as_set(record["figure_on"]) & _as_set(record["heldout_on"])
-    if overlap:
-        raise ClaimError(f"claim {name}: the held-out check reuses the figure's {sorted(overlap)}")
     if not holds(criterion, record["value"]):
         raise ClaimError(f"claim {name}: the figure's value {record['value']!r} is not "
                          f"{_criterion_words(criterion)}; rewrite the claim")
+    if record["heldout"] is None:  # not checked on held-out data in this run: listed as such
+        return
+    overlap = _as_set(record["figure_on"]) & _as_set(record["heldout_on"])
+    if overlap:
+        raise ClaimError(f"claim {name}: the held-out check reuses the figure's {sorted(overlap)}")
     if not holds(criterion, record["heldout"]):
         raise ClaimError(f"claim {name}: the held-out value {record['heldout']!r} "
                          f"({record.get('heldout_what', 'held out')}) is not {_criterion_words(criterion)}: "
@@ -87,7 +89,7 @@ def check_claim(name: str, record: Mapping[str, Any]) -> None:
 
 
 def claim(run, name: str, value: float, *, statement: str, criterion: Sequence[Any],
-          control: str, control_value: float | None, heldout: float, heldout_on: Iterable[Any],
+          control: str, control_value: float | None, heldout: float | None, heldout_on: Iterable[Any],
           figure_on: Iterable[Any], heldout_what: str, figure: str | None = None,
           glue: bool = True) -> float:
     """Record the headline claim ``name`` of ``run``'s chapter, check it, and glue its value.
@@ -107,8 +109,10 @@ def claim(run, name: str, value: float, *, statement: str, criterion: Sequence[A
     control, control_value : str, float or None
         What the value is compared against (random starts, the GP, a shuffled target...) and the
         control's value on the same data.
-    heldout : float
-        The same quantity on seeds or sizes the figure does not use.
+    heldout : float or None
+        The same quantity on seeds or sizes the figure does not use (None: no held-out run in
+        this profile, e.g. a ``full`` page whose held-out data is the quick one; the claims page
+        then says it was not checked, and the book's tests require one for the book's build).
     heldout_on, figure_on : iterables
         Those seeds or sizes, and the figure's (recorded; they must not overlap).
     heldout_what : str
@@ -135,6 +139,12 @@ def claim(run, name: str, value: float, *, statement: str, criterion: Sequence[A
 
         _glue(name, value, display=False)
     return value
+
+
+def unchecked(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``chapter/claim`` of every claim recorded without a held-out value."""
+    return [f"{chapter}/{name}" for chapter, summary in summaries.items()
+            for name, r in sorted((summary.get("claims") or {}).items()) if r.get("heldout") is None]
 
 
 def check_claims(summaries: Mapping[str, Mapping[str, Any]]) -> int:
@@ -164,6 +174,10 @@ def _num(value: Any) -> str:
     return f"{v:.3g}".replace("-", "−")
 
 
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def claims_markdown(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     """The *Claims and evidence* table: per chapter, one row per claim (statement, value and
     criterion, control, held-out result and what it was measured on, figure)."""
@@ -177,11 +191,11 @@ def claims_markdown(summaries: Mapping[str, Mapping[str, Any]]) -> str:
                  "| --- | --- | --- | --- | --- |"]
         for _, r in sorted(claims.items()):
             figure = f"{{numref}}`{r['figure']}`" if r.get("figure") else "–"
-            cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+            held = (f"{_num(r['heldout'])} ({_cell(r.get('heldout_what', ''))})"
+                    if r["heldout"] is not None else "not checked in this build")
             rows.append(
-                f"| {cell(r['statement'])} | {_num(r['value'])} ({_criterion_words(r['criterion'])}) | "
-                f"{cell(r['control'])}: {_num(r.get('control_value'))} | "
-                f"{_num(r['heldout'])} ({cell(r.get('heldout_what', ''))}) | {figure} |")
+                f"| {_cell(r['statement'])} | {_num(r['value'])} ({_criterion_words(r['criterion'])}) | "
+                f"{_cell(r['control'])}: {_num(r.get('control_value'))} | {held} | {figure} |")
         rows.append("")
     if not rows:
         return "No chapter has recorded a claim yet.\n"

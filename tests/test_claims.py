@@ -68,3 +68,9 @@ def test_the_claims_page_has_one_row_per_claim(run):
     assert "### `09-x`" in text and "`10-y`" not in text
     assert "The error stays below 0.15." in text and "random starts: 0.9" in text
     assert "0.12 (seeds 3-5)" in text and "{numref}`fig-x`" in text and "below 0.15" in text
+
+
+def test_a_claim_without_held_out_data_is_listed_as_unchecked(run):
+    _claim(run, heldout=None, heldout_on=[0])  # e.g. a full page: no overlap check without a held-out run
+    assert claims.unchecked({"09-x": run.records}) == ["09-x/ch9-err"]
+    assert "not checked in this build" in claims.claims_markdown({"09-x": run.records})
