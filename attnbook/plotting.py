@@ -36,6 +36,8 @@ WIDTH = 7.0
 THEORY_STYLE = {"linestyle": "-", "linewidth": 1.8, "zorder": 2}
 #: Keyword arguments for simulation points (``ax.errorbar(x, y, yerr, **SIM_STYLE)``).
 SIM_STYLE = {"marker": "o", "linestyle": "none", "markersize": 5, "capsize": 2.5, "zorder": 3}
+#: Points of a stored paper-scale run (``results/``) drawn beside a quick run's: open circles.
+FULL_STYLE = {"marker": "o", "markerfacecolor": "none", "linestyle": "none", "markersize": 7}
 
 
 def set_theme() -> None:

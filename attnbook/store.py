@@ -42,6 +42,8 @@ __all__ = [
     "stored_or_compute",
     "stored_full",
     "stored_phrase",
+    "stored_sweep",
+    "source_phrase",
     "result_note",
 ]
 
@@ -321,6 +323,39 @@ def stored_phrase(df: pd.DataFrame | None) -> str:
     older = "; produced by older code" if rec.get("stale") else ""
     return (f"the paper-scale run stored in results/ ({rec.get('profile', '?')} profile, "
             f"{rec.get('device_name', '?')}, {rec.get('date', '?')}{older})")
+
+
+def source_phrase(run: Run, table: pd.DataFrame, stored: pd.DataFrame | None = None, what: str = "") -> str:
+    """Caption sentence saying where a figure's data come from (never empty).
+
+    ``stored`` is the paper-scale table drawn beside this run's ``table`` (:func:`stored_full`):
+    "Open circles: <its :func:`stored_phrase`>, <what>."; without one, a ``full`` run names its own
+    table (the store's note when it was loaded, e.g. flagged as produced by older code) and a
+    ``quick`` run says it computed the figure and that no paper-scale run of it is stored.
+    """
+    if stored is not None:
+        return f"Open circles: {stored_phrase(stored)}" + (f", {what}." if what else ".")
+    if run.profile == "full":
+        return table.attrs.get("note") or "Paper-scale run (full profile), computed in this run."
+    return f"Computed in this run; {stored_phrase(None)}."
+
+
+def stored_sweep(run: Run, name: str, fn: Callable[..., Any], points: list[Mapping[str, Any]], *,
+                 params: Mapping[str, Any] | None = None, scheduler: Any = None,
+                 recompute: bool = False) -> pd.DataFrame:
+    """A sweep whose table may be stored at paper scale: :func:`attnbook.sweep` of ``fn`` over
+    ``points`` (checkpointed as ``name``), through :func:`stored_or_compute` (a ``full`` run stores
+    it in ``results/`` and loads it when stored with the same key).
+
+    The key is ``params`` when given, else the points (without a ``device`` entry: a table is the
+    same on any device) and the run's seed.
+    """
+    from .sweeps import sweep
+
+    if params is None:
+        params = dict(points=[{k: v for k, v in p.items() if k != "device"} for p in points], seed=run.seed)
+    return stored_or_compute(run, name, lambda: sweep(fn, points, name=name, run=run, scheduler=scheduler),
+                             params=params, recompute=recompute)
 
 
 def audit(results_dir: str | Path | None = None) -> list[dict]:

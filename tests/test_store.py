@@ -76,3 +76,28 @@ def test_list_and_dict_cells_round_trip_through_the_store(tmp_path):
     _store_full_table(tmp_path, [0.5, 0.25])
     plain = json.loads((tmp_path / "99-tiny" / "table.provenance.json").read_text())
     assert "json_columns" not in plain
+
+
+def test_stored_sweep_stores_a_full_sweep_and_loads_it_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLIB_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("ATTNLIB_SWEEP_DIR", str(tmp_path / "sweeps"))
+    full = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    points = [{"i": i, "device": "cpu"} for i in range(3)]
+    first = ab.stored_sweep(full, "sq", lambda i, device: {"sq": i * i}, points)
+    assert first.sq.tolist() == [0, 1, 4] and not first.attrs["provenance"]["stored"]
+    again = ab.stored_sweep(full, "sq", lambda i, device: pytest.fail("recomputed"), points)
+    assert again.sq.tolist() == [0, 1, 4] and again.attrs["provenance"]["stored"]
+    # the key leaves the device out: the same table on any device
+    assert again.attrs["provenance"]["params"] == {"points": [{"i": i} for i in range(3)], "seed": 0}
+
+
+def test_source_phrase_says_where_a_figure_comes_from(tmp_path):
+    quick = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    full = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    table = pd.DataFrame({"a": [1]})
+    assert ab.source_phrase(quick, table) == f"Computed in this run; {ab.stored_phrase(None)}."
+    assert ab.source_phrase(full, table).startswith("Paper-scale run (full profile)")
+    stored = pd.DataFrame({"a": [1]})
+    stored.attrs["provenance"] = {"profile": "full", "device_name": "cpu", "date": "2026-12-05"}
+    assert ab.source_phrase(quick, table, stored, "8 seeds") == (
+        "Open circles: the paper-scale run stored in results/ (full profile, cpu, 2026-12-05), 8 seeds.")
