@@ -18,7 +18,7 @@ from .chapter_params import profile_sizes
 from .repo import committed_file
 from .runs import DEVICES, PROFILES, Run, resolve_device, seed_everything, start_chapter
 from .store import load_result, provenance, save_result, stored_full, stored_or_compute, stored_phrase
-from .sweeps import SweepError, sweep
+from .sweeps import SweepError, checkpoint_path, sweep
 
 __all__ = [
     "plotting",
@@ -27,6 +27,7 @@ __all__ = [
     "PROFILES",
     "Run",
     "SweepError",
+    "checkpoint_path",
     "committed_file",
     "load_result",
     "profile_sizes",
