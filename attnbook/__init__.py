@@ -31,7 +31,7 @@ from .store import (
     stored_phrase,
     stored_sweep,
 )
-from .sweeps import SweepError, sweep
+from .sweeps import SweepError, checkpoint_path, sweep
 
 __all__ = [
     "plotting",
@@ -42,6 +42,7 @@ __all__ = [
     "SweepError",
     "ClaimError",
     "claim",
+    "checkpoint_path",
     "committed_file",
     "load_result",
     "profile_sizes",

@@ -58,6 +58,7 @@ from typing import Any
 import attnlib
 from attnlib._validation import ParameterError
 
+from . import checkpoints as _checkpoints
 from . import edition as _edition
 
 #: the science package whose modules a chapter's cache key and stored results depend on
@@ -837,11 +838,7 @@ def _stop_kernels(manager_class) -> None:
 
 
 def _saved_points(folder: Path) -> int:
-    n = 0
-    for path in folder.glob("*.jsonl"):
-        with contextlib.suppress(OSError):
-            n += sum(1 for line in path.read_text().splitlines() if line.endswith("}"))
-    return n
+    return _checkpoints.saved_points(folder)
 
 
 def _prepare(chapter: str, params: dict | None):
@@ -913,9 +910,8 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_file = logs / f"{slot}.log"
-    sweeps = CACHE / "sweeps" / slot
-    sweep_dir = sweeps / key
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    sweeps = CACHE / "sweeps" / slot  # checkpoints <name>.<sweep key>.jsonl: keyed by code, not prose
+    sweep_env = _checkpoints.begin_execution(sweeps, inputs)
     _atomic_write(sweeps / "params.json", json.dumps(_canonical(merged), sort_keys=True) + "\n")
     source, partial = work / f"{chapter}.input.ipynb", work / f"{chapter}.ipynb"
     nbformat.write(nb, source)
@@ -924,7 +920,7 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     socket_dir = tempfile.mkdtemp(prefix="attnbook-")
 
     env_before = dict(os.environ)
-    os.environ["ATTNLIB_SWEEP_DIR"] = str(sweep_dir)
+    os.environ.update(sweep_env)
     os.environ["ATTNLIB_PROGRESS_FILE"] = str(progress)
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     log(f"  {slot}: executing with {json.dumps(merged, sort_keys=True, default=str)}")
@@ -966,7 +962,7 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     if failure is None and not (work / summary.name).exists():
         failure = BuildError(f"chapter {slot} ran but wrote no {summary.name}")
     if failure is not None:
-        return _fail(failure, slot, work, partial, log_file, notebook, sweep_dir, progress)
+        return _fail(failure, slot, work, partial, log_file, notebook, sweeps, progress)
 
     executed = nbformat.read(partial, as_version=4)
     _tag_parameter_cells(executed)
@@ -997,6 +993,7 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     os.replace(work / summary.name, summary)
     os.replace(work / "final.ipynb", notebook)
     _update_records(slot, record)
+    _checkpoints.end_execution(sweeps)
     _atomic_write(log_file, f"chapter {slot} executed in {wall:.1f} s (cache key {key})\n")
     shutil.rmtree(work, ignore_errors=True)
     log(f"  {slot}: executed in {wall:.1f} s")
@@ -1206,7 +1203,7 @@ def list_slots(log=print) -> list[dict]:
         except (ParameterError, BuildError, OSError, SyntaxError) as err:
             reasons = [f"cannot check: {str(err).splitlines()[0]}"]
         state = "current" if not reasons else "needs execution: " + "; ".join(reasons)
-        points = _saved_points(CACHE / "sweeps" / slot / key) if reasons and key else 0
+        points = _saved_points(CACHE / "sweeps" / slot) if reasons else 0
         if points:
             state += f" ({points} finished sweep points saved)"
         where = _rel(slot_paths(chapter, slot)[0])
@@ -1227,9 +1224,9 @@ def _busy(slot: str) -> bool:
 def clean(stale: bool = False, log=print) -> None:
     """Remove the executed chapters, caches and the site; with ``stale`` only what no run needs.
 
-    ``stale=True`` removes sweep checkpoints whose cache key is neither the slot's recorded key
-    nor its current one, temporary folders of runs that have ended, and records of slots whose
-    outputs are gone.
+    ``stale=True`` removes a slot's sweep checkpoints that neither its last successful execution
+    nor a later one used (:func:`attnbook.checkpoints.stale_paths`), and temporary folders of
+    runs that have ended.
     """
     if not stale:
         with Lock("build", "an attnbook build in this checkout", wait=False, log=log):
@@ -1238,33 +1235,15 @@ def clean(stale: bool = False, log=print) -> None:
                     shutil.rmtree(path)
                     log(f"removed {_rel(path)}")
         return
-    records = _load_records()
     removed = 0
     for folder in sorted((CACHE / "sweeps").glob("*")) if (CACHE / "sweeps").exists() else []:
-        slot, keep = folder.name, set()
-        if _busy(slot):
-            log(f"kept {_rel(folder)}: {slot} is being executed")
+        if _busy(folder.name):
+            log(f"kept {_rel(folder)}: {folder.name} is being executed")
             continue
-        chapter = slot.split("@", 1)[0]
-        if slot in records:
-            keep.add(records[slot].get("key"))
-        params = None
-        with contextlib.suppress(OSError, ValueError):
-            params = json.loads((folder / "params.json").read_text())
-        if params is None and slot == chapter:
-            params = {}
-        if params is not None:
-            with contextlib.suppress(ParameterError, BuildError, OSError, SyntaxError):
-                nb = _read_chapter(chapter)
-                defaults = default_parameters(nb)
-                merged = validate_parameters(chapter, {k: v for k, v in params.items() if k in defaults},
-                                             defaults)
-                keep.add(cache_key(chapter, merged, nb))
-        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
-            if sub.name not in keep:
-                shutil.rmtree(sub)
-                removed += 1
-                log(f"removed {_rel(sub)}")
+        for old in _checkpoints.stale_paths(folder):
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+            removed += 1
+            log(f"removed {_rel(old)}")
     for work in sorted((CACHE / "work").glob("*")) if (CACHE / "work").exists() else []:
         pid = work.name.rsplit(".", 1)[-1]
         alive = pid.isdigit() and Path(f"/proc/{pid}").exists()

@@ -168,7 +168,7 @@ class Run:
     seed : int
         Base seed; :meth:`generator` derives independent streams from it.
     sweep_dir : pathlib.Path
-        Where :func:`attnlib.sweep` checkpoints finished points.
+        Where :func:`attnbook.sweep` checkpoints finished points (``<name>.<sweep key>.jsonl``).
     """
 
     chapter: str
@@ -239,12 +239,9 @@ def start_chapter(
     dev = resolve_device(device)
     seed_everything(seed)
 
+    # each sweep's checkpoint there is named by its own key (code, globals read, attnlib code)
     sweep_root = os.environ.get("ATTNLIB_SWEEP_DIR")
-    if sweep_root:
-        sweep_dir = Path(sweep_root)
-    else:
-        key = f"{profile}-seed{seed}-{source_hash()[:12]}"
-        sweep_dir = Path.cwd() / "_sweeps" / chapter / key
+    sweep_dir = Path(sweep_root) if sweep_root else Path.cwd() / "_sweeps" / chapter
 
     from . import plotting
 

@@ -10,7 +10,6 @@ compute points.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import re
@@ -25,9 +24,11 @@ import pandas as pd
 
 from attnlib._validation import ParameterError
 
+from . import checkpoints as _ckpt
 from .runs import Run, _jsonable
 
-__all__ = ["sweep", "SweepError", "check_scheduler", "SCHEDULERS"]
+__all__ = ["sweep", "SweepError", "check_scheduler", "SCHEDULERS", "point_key", "read_checkpoint",
+           "checkpoint_path", "sweep_key"]
 
 #: The scheduler names :func:`sweep` accepts besides a scheduler address (``tcp://host:port``).
 SCHEDULERS = ("serial", "local", "local:<n workers>")
@@ -68,22 +69,9 @@ def check_scheduler(scheduler: Any) -> str | None:
                          "or a scheduler address like 'tcp://host:8786'")
 
 
-def _key(point: Mapping[str, Any]) -> str:
-    return json.dumps(_jsonable(dict(point)), sort_keys=True)
-
-
-def _read_done(path: Path) -> dict[str, list[dict]]:
-    """Finished points in ``path``; a line cut short by an interruption is ignored."""
-    done: dict[str, list[dict]] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        done[_key(entry["point"])] = entry["rows"]
-    return done
+_key = _ckpt.point_key
+#: finished points of a checkpoint; lines failing their check are set aside (:mod:`.checkpoints`)
+_read_done = _ckpt.read_checkpoint
 
 
 class _ProgressLines:
@@ -110,13 +98,11 @@ class _ProgressLines:
         pass
 
 
-def _checkpoint_path(name: str, run: Run | None = None, path: str | Path | None = None) -> Path:
-    """The checkpoint file of sweep ``name``: ``path``, else ``<name>.jsonl`` in ``run.sweep_dir``."""
-    if path is None:
-        if run is None:
-            raise ValueError("sweep() needs either run= or path=")
-        path = run.sweep_dir / f"{name}.jsonl"
-    return Path(path)
+def _checkpoint_path(name: str, run: Run | None = None, path: str | Path | None = None,
+                     fn: Callable | None = None) -> Path:
+    """The checkpoint file of sweep ``name``: ``path``, else ``<name>.<sweep key>.jsonl`` in
+    ``run.sweep_dir`` (the key of ``fn``, see :func:`attnbook.checkpoints.sweep_key`)."""
+    return _ckpt.checkpoint_path(name, run, path, fn)
 
 
 def sweep(
@@ -138,11 +124,12 @@ def sweep(
     points : iterable of dict
         JSON-able parameters of each point (e.g. ``{"n": 200, "seed": 3}``).
     name : str
-        Name of the checkpoint file ``<name>.jsonl`` in ``run.sweep_dir`` (or give ``path``).
+        Names the checkpoint file ``<name>.<sweep key>.jsonl`` in ``run.sweep_dir`` (or give
+        ``path``).
     run : Run, optional
         The chapter's run context; its ``sweep_dir`` holds the checkpoints.
     path : path-like, optional
-        Explicit checkpoint file, instead of ``run``.
+        Explicit checkpoint file, instead of ``run``: exactly this file, whatever ``fn`` is.
     progress : bool, optional
         Show a tqdm bar; by default only in interactive sessions. In book builds
         (``ATTNLIB_PROGRESS_FILE`` set by ``attnbook``) progress lines go to that file instead,
@@ -165,8 +152,23 @@ def sweep(
     Notes
     -----
     Points already in the checkpoint file are not recomputed, so an interrupted sweep resumes
-    where it stopped. The file is keyed by the run's profile, seed and attnlib source (and, in
-    book builds, by the chapter's execution-cache key), so stale results are never reused.
+    where it stopped. The file is keyed by what can change a point's numbers and by nothing else
+    (:func:`attnbook.checkpoints.sweep_key`): the point function's code (bytecode, constants,
+    names, nested code; an attnlib function by its module's code hash; a ``functools.partial``
+    by its function and arguments), the values of the globals it reads and, recursively, of the
+    functions it calls from the same notebook (canonical JSON, tensors and arrays by their bytes,
+    dataclass configs field by field, modules by name, other objects by their ``repr`` without
+    memory addresses), the code hashes of the attnlib modules the chapter uses (in a book build
+    the chapter's ``code_hashes``; elsewhere the whole package's ``source_hash``), the pinned
+    dependencies, the device and the Python version. The chapter's prose is not in it: editing a
+    sentence, a caption or a plot colour re-executes a page whose sweeps find every point in their
+    checkpoints, while editing the point function or a global it reads computes them again.
+
+    Each checkpoint line is ``{"key", "point", "rows", "sha256"}`` (the point's canonical key, the
+    point, its rows, and the SHA-256 of the canonical JSON of those three). A line that is not
+    UTF-8 or not JSON, has another shape, or fails its checksum is never used: it is appended to
+    ``<checkpoint>.rejected``, the checkpoint is rewritten without it (atomically), one warning line
+    names the file, and its point is computed again. A last line cut short by a kill is dropped.
 
     On Dask, every unfinished point is submitted at once and each result is appended to the
     checkpoint as it arrives (``distributed.as_completed``), so a lost worker or an interrupted
@@ -179,7 +181,7 @@ def sweep(
     its own parameters (a seed in the point), not from a global generator, so that its result
     does not depend on which worker runs it or in what order.
     """
-    path = _checkpoint_path(name, run, path)
+    path = _checkpoint_path(name, run, path, fn)
     on_dask = _wants_dask(scheduler)  # checks the value before anything runs
     path.parent.mkdir(parents=True, exist_ok=True)
     points = [dict(p) for p in points]
@@ -195,17 +197,13 @@ def sweep(
         bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=name)
     elif progress_file and todo:
         bar = _ProgressLines(progress_file, name, total=len(points), initial=len(points) - len(todo))
-    if todo and path.exists() and path.stat().st_size:
-        with path.open("rb") as fh:  # a line cut short by a kill: end it, so the next one is whole
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                with path.open("a") as out:
-                    out.write("\n")
+    if todo:
+        _ckpt.drop_cut_line(path)  # a line cut short by a kill: the next one must start afresh
     client = _client(scheduler) if on_dask and todo else None
     with path.open("a") as fh:
 
         def save(point: dict, rows: list[dict]) -> None:
-            fh.write(json.dumps({"point": _jsonable(point), "rows": rows}) + "\n")
+            fh.write(_ckpt.checkpoint_line(point, rows))
             fh.flush()
             os.fsync(fh.fileno())
             done[_key(point)] = rows
@@ -327,3 +325,10 @@ def _hash(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# public names (one meaning each, see :mod:`attnbook.checkpoints`)
+point_key = _ckpt.point_key  #: point -> its canonical key (str)
+read_checkpoint = _ckpt.read_checkpoint  #: path -> {point key: rows}, bad lines set aside
+checkpoint_path = _ckpt.checkpoint_path  #: (name, run=None, path=None, fn=None) -> Path
+sweep_key = _ckpt.sweep_key  #: (fn, run=None) -> the sweep key (hex SHA-256)

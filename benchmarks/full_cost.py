@@ -235,12 +235,13 @@ def quick_sweeps() -> dict:
     for slot, rec in json.loads(records_path.read_text()).items():
         if "@" in slot:
             continue
-        folder = ROOT / "book" / "_cache" / "sweeps" / slot / str(rec.get("key"))
+        from attnbook.checkpoints import read_checkpoint, resumable
+
         sweeps = {}
-        for path in sorted(folder.glob("*.jsonl")):
-            lines = [json.loads(ln) for ln in path.read_text().splitlines() if ln.endswith("}")]
-            sweeps[path.stem] = {"points": len(lines),
-                                 "wall_s": round(sum(e["rows"][0]["elapsed_s"] for e in lines), 2)}
+        for path in resumable(ROOT / "book" / "_cache" / "sweeps" / slot):  # <name>.<key>.jsonl
+            done = read_checkpoint(path)
+            sweeps[path.stem.rsplit(".", 1)[0]] = {
+                "points": len(done), "wall_s": round(sum(r[0]["elapsed_s"] for r in done.values()), 2)}
         out[slot] = {"wall_s": rec.get("wall_s"), "sweeps": sweeps}
     return out
 
@@ -740,7 +741,7 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
     compute: those written and those its checkpoint already held (a stopped run's). A table that
     older code produced is refused: its points would be mixed with the current code's.
     """
-    from attnbook.runs import _jsonable
+    from attnbook.checkpoints import checkpoint_line
     from attnbook.store import code_changes, load_result
     from attnbook.sweeps import _key, _read_done
 
@@ -768,7 +769,7 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
             stored[fields] = by_point
         rows = stored[fields].get(_key(_plain(point)))
         if rows:
-            lines.append(json.dumps({"point": _jsonable(point), "rows": _jsonable(rows)}) + "\n")
+            lines.append(checkpoint_line(point, rows))
     if lines:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as fh:
@@ -776,7 +777,7 @@ def _seed_checkpoint(path: Path, points: list[dict], table: Path) -> int:
     return len(lines) + already
 
 
-def _checkpoint_of(args: tuple, kw: dict) -> tuple[str | None, Path | None]:
+def _checkpoint_of(fn, args: tuple, kw: dict) -> tuple[str | None, Path | None]:
     """The name and checkpoint file of a call ``ab.sweep(fn, points, *args, **kw)`` (its
     arguments after ``fn`` and ``points``); no file when it names neither a run nor a path."""
     import inspect
@@ -785,7 +786,7 @@ def _checkpoint_of(args: tuple, kw: dict) -> tuple[str | None, Path | None]:
 
     bound = inspect.signature(sweep).bind_partial(None, None, *args, **kw).arguments
     name, run, path = bound.get("name"), bound.get("run"), bound.get("path")
-    return name, (None if path is None and run is None else _checkpoint_path(name, run, path))
+    return name, (None if path is None and run is None else _checkpoint_path(name, run, path, fn))
 
 
 def _count_checkpointed(ab) -> dict[str, int]:
@@ -799,7 +800,7 @@ def _count_checkpointed(ab) -> dict[str, int]:
 
     def sweep_counted(fn, points, *args, **kw):
         points = [dict(p) for p in points]
-        name, path = _checkpoint_of(args, kw)
+        name, path = _checkpoint_of(fn, args, kw)
         if path is not None:
             done = _read_done(path)
             found[name] = found.get(name, 0) + sum(_key(p) in done for p in points)
@@ -822,7 +823,7 @@ def _resume_from_stored(ab, tables: dict[str, Path]) -> dict:
 
     def sweep_resumed(fn, points, *args, **kw):
         points = [dict(p) for p in points]
-        name, path = _checkpoint_of(args, kw)
+        name, path = _checkpoint_of(fn, args, kw)
         if name in tables and path is not None:
             seeded[name] = _seed_checkpoint(path, points, tables[name])
         return sweep(fn, points, *args, **kw)

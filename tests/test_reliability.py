@@ -34,7 +34,6 @@ import time
 import attnbook as ab
 
 run = ab.start_chapter("99-tiny", profile=profile, device=device, seed=seed, quiet=True)
-delay = float(os.environ.get("TINY_DELAY", "0"))
 gate = os.environ.get("TINY_GATE")  # a test holds the execution here until it creates this file
 while gate and not os.path.exists(gate):
     time.sleep(0.1)
@@ -46,8 +45,8 @@ if os.environ.get("TINY_STORE"):  # as a full run does: store a table in the res
         fh.write("x")
 
 
-def point(i):
-    time.sleep(delay)
+def point(i):  # the delay is how it runs, not what it computes: not a global the sweep key reads
+    time.sleep(float(os.environ.get("TINY_DELAY", "0")))
     return {"sq": i * i}
 
 
@@ -112,7 +111,7 @@ def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypat
     checkpoints = tiny / "book" / "_cache" / "sweeps" / slot
     deadline = time.time() + 240
     while time.time() < deadline:
-        done = sum(len(p.read_text().splitlines()) for p in checkpoints.glob("*/slow.jsonl"))
+        done = sum(len(p.read_text().splitlines()) for p in checkpoints.glob("slow.*.jsonl"))
         if done >= 2 or proc.poll() is not None:
             break
         time.sleep(0.5)
@@ -123,7 +122,7 @@ def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypat
     lines = err.strip().splitlines()
     assert lines[-1].startswith("interrupted: chapter 99-tiny@n=40 was interrupted")
     assert "Traceback" not in err and "there was no earlier output" in lines[-1]
-    saved = sum(len(p.read_text().splitlines()) for p in checkpoints.glob("*/slow.jsonl"))
+    saved = sum(len(p.read_text().splitlines()) for p in checkpoints.glob("slow.*.jsonl"))
     assert saved >= 2 and f"{saved} finished sweep points saved" in lines[-1]
     assert _outputs(tiny) == before  # the default slot was never touched
     # the next run resumes from the finished points
@@ -196,11 +195,13 @@ def test_non_default_run_has_its_own_slot(tiny, capsys):
 def test_clean_stale_prunes_old_checkpoints_only(tiny):
     book.execute_chapter("99-tiny", **QUIET)
     sweeps = tiny / "book" / "_cache" / "sweeps" / "99-tiny"
-    current = [p.name for p in sweeps.iterdir() if p.is_dir()]
-    (sweeps / "0123456789abcdef").mkdir()
+    current = sorted(p.name for p in sweeps.glob("*.jsonl"))
+    assert len(current) == 1 and current[0].startswith("squares.")
+    (sweeps / "0123456789abcdef").mkdir()  # the former layout: a folder per chapter cache key
     (sweeps / "0123456789abcdef" / "old.jsonl").write_text("{}\n")
+    (sweeps / "squares.fedcba9876543210.jsonl").write_text("{}\n")  # an older point function's
     book.clean(stale=True, **QUIET)
-    assert [p.name for p in sweeps.iterdir() if p.is_dir()] == current
+    assert sorted(p.name for p in sweeps.iterdir()) == sorted([*current, "params.json", "used.json"])
     assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
 
 
