@@ -283,8 +283,10 @@ def stored_full(run: Run, name: str, results_dir: str | Path | None = None) -> p
     ``results/<chapter>/<name>.csv`` is stored, the chapter draws it on the same axes and states
     how well the two agree. Looked up in ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the
     repository (:func:`~attnlib._repo.committed_file`: the checkout, or downloaded once where the
-    notebook's install cell set ``$ATTNLIB_REPO_RAW``). Returns ``None`` when nothing is stored,
-    and for a ``full`` run (whose own table is the paper-scale one). The table is verified
+    notebook's install cell set ``$ATTNLIB_REPO_RAW``). Returns ``None`` when nothing is stored;
+    a table without its provenance record, or a record without its table, is refused like an
+    edited one (:class:`StoredResultError`, one line naming the file). Returns ``None``
+    for a ``full`` run (whose own table is the paper-scale one). The table is verified
     (:func:`load_result`: an edited one raises :class:`StoredResultError`); ``df.attrs`` holds
     ``provenance`` (with ``stale``: produced by attnlib code that has changed since) and
     ``phrase``, :func:`stored_phrase` of it.
@@ -294,17 +296,26 @@ def stored_full(run: Run, name: str, results_dir: str | Path | None = None) -> p
     root = results_dir or os.environ.get("ATTNLIB_RESULTS_DIR")
     if root:
         path = Path(root) / run.chapter / f"{name}.csv"
-        if not path.exists():
-            return None
+        found = [p.exists() for p in (path, path.with_suffix(".provenance.json"))]
     else:
         from .repo import committed_file
 
-        try:
-            path = committed_file(f"results/{run.chapter}/{name}.csv")
-            committed_file(f"results/{run.chapter}/{name}.provenance.json")
-        except (FileNotFoundError, ValueError):
-            return None
-    df, record = load_result(path)
+        found = []
+        for rel in (f"results/{run.chapter}/{name}.csv", f"results/{run.chapter}/{name}.provenance.json"):
+            try:
+                located = committed_file(rel)
+                found.append(True)
+            except (FileNotFoundError, ValueError):
+                found.append(False)
+                continue
+            if rel.endswith(".csv"):
+                path = located
+    if not any(found):
+        return None
+    if not found[0]:  # a record without its table: refused as a damaged store is
+        raise StoredResultError(f"results/{run.chapter}/{name}.csv is missing but its provenance record is "
+                                "there; restore it from git, or recompute it (parameter recompute=True)")
+    df, record = load_result(path)  # a table without its record is refused here
     df.attrs["provenance"] = dict(record, stored=True, stale=bool(code_changes(record)))
     df.attrs["phrase"] = stored_phrase(df)
     return df

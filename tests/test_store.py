@@ -1,4 +1,4 @@
-"""The stored paper-scale table shown beside a quick run (attnlib._store.stored_full)."""
+"""The stored paper-scale table shown beside a quick run (attnbook.store.stored_full)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 import attnbook as ab
 from attnbook import store as _store
+from attnbook.store import StoredResultError
 
 
 def _store_full_table(tmp_path, values):
@@ -101,3 +102,16 @@ def test_source_phrase_says_where_a_figure_comes_from(tmp_path):
     stored.attrs["provenance"] = {"profile": "full", "device_name": "cpu", "date": "2026-12-05"}
     assert ab.source_phrase(quick, table, stored, "8 seeds") == (
         "Open circles: the paper-scale run stored in results/ (full profile, cpu, 2026-12-05), 8 seeds.")
+
+
+@pytest.mark.parametrize("gone", ["provenance", "table"])
+def test_a_stored_table_missing_half_of_itself_is_refused(tmp_path, gone):
+    # deleting the record (or the table) must not quietly turn into "nothing is stored"
+    full = ab.start_chapter("99-tiny", profile="full", device="cpu", quiet=True)
+    ab.stored_or_compute(full, "table", lambda: pd.DataFrame({"a": [1, 2]}), {"n": 2}, results_dir=tmp_path)
+    csv = tmp_path / "99-tiny" / "table.csv"
+    (csv.with_suffix(".provenance.json") if gone == "provenance" else csv).unlink()
+    quick = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    with pytest.raises(StoredResultError, match="table.(provenance.json|csv) is missing") as err:
+        ab.stored_full(quick, "table", results_dir=tmp_path)
+    assert "\n" not in str(err.value) and "recompute=True" in str(err.value)
