@@ -15,6 +15,7 @@ import platform
 import random
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,18 @@ class Run:
         """Add headline numbers to the chapter's summary (numbers, booleans, lists or dicts)."""
         for key, value in values.items():
             self.records[key] = _jsonable(value)
+
+    def publish(self, glued: Mapping[str, Any] | None = None, /, **recorded: Any) -> None:
+        """Glue each ``name: value`` of ``glued`` for the text (myst-nb ``glue``, not displayed)
+        and add the keyword values to the summary (:meth:`record`): the bookkeeping of a result
+        cell in one call. A value glued for the text that a test should assert on is also
+        recorded, under the summary key the test reads."""
+        if glued:
+            from myst_nb import glue
+
+            for name, value in glued.items():
+                glue(name, value, display=False)
+        self.record(**recorded)
 
     @property
     def wall_s(self) -> float:

@@ -115,3 +115,14 @@ def test_a_stored_table_missing_half_of_itself_is_refused(tmp_path, gone):
     with pytest.raises(StoredResultError, match="table.(provenance.json|csv) is missing") as err:
         ab.stored_full(quick, "table", results_dir=tmp_path)
     assert "\n" not in str(err.value) and "recompute=True" in str(err.value)
+
+
+def test_publish_glues_for_the_text_and_records_for_the_summary(monkeypatch):
+    glued = {}
+    import myst_nb
+
+    monkeypatch.setattr(myst_nb, "glue",
+                        lambda name, value, display=True: glued.update({name: (value, display)}))
+    run = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    run.publish({"ch9-a": 1.5, "ch9-b": 2}, a_value=1.5)
+    assert glued == {"ch9-a": (1.5, False), "ch9-b": (2, False)} and run.records == {"a_value": 1.5}
