@@ -1,7 +1,9 @@
 """Numbers in scientific notation the way a reader writes them: ``1.9 × 10⁻⁷``, never ``1.9e-07``.
 
-One formatter for the whole book. Chapters use :func:`fmt_sci` in printed output and glued strings
-(``from attnlib.fmt import fmt_sci``); the site extension ``book/_ext/sitefixes.py`` uses
+One formatter for the whole book. Chapters use :func:`num` and :func:`span` for numbers in
+generated sentences (``from attnbook.fmt import num, span``: a true minus sign, thousands with a
+thin space, a range that collapses to one number when both ends print alike) and :func:`fmt_sci`
+in printed output and glued strings; the site extension ``book/_ext/sitefixes.py`` uses
 :func:`sci_segments` to rewrite numbers glued with an exponent format (``{glue:text}`key:.1e```),
 which Python prints as ``1.6e-03``, into ``1.6 × 10`` with a superscript ``−3``.
 
@@ -15,7 +17,7 @@ import math
 import numbers
 import re
 
-__all__ = ["fmt_sci", "sci_parts", "sci_range", "sci_segments", "sci_text"]
+__all__ = ["fmt_sci", "num", "span", "sci_parts", "sci_range", "sci_segments", "sci_text"]
 
 _MINUS = "\u2212"
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -122,3 +124,21 @@ def sci_text(text: str, style: str = "text") -> str:
     if style not in _STYLES:
         raise ValueError(f"sci_text: style must be one of {_STYLES}, got {style!r}")
     return _EXPONENT.sub(lambda m: _join(m.group(1), int(m.group(2)), style), text)
+
+
+def num(x, spec: str = ".2f") -> str:
+    """``x`` formatted by the format ``spec`` for prose: a true minus sign (``−0.31``, not
+    ``-0.31``) and thousands grouped with a thin space (``12 500``) for a ``,`` in ``spec``;
+    ``e``-formats are typeset by :func:`fmt_sci`."""
+    if spec.endswith("e"):
+        digits = int(spec.strip(".e") or 1)
+        return fmt_sci(x, digits)
+    text = format(x, spec).replace(",", "\u2009")
+    return text.replace("-", _MINUS)
+
+
+def span(lo, hi, spec: str = ".2f", sep: str = " to ") -> str:
+    """``"lo to hi"`` in the format ``spec`` (:func:`num`), or one number when both ends print
+    the same (never "between 1.00 and 1.00")."""
+    a, b = num(lo, spec), num(hi, spec)
+    return a if a == b else f"{a}{sep}{b}"

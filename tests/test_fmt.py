@@ -118,3 +118,12 @@ def test_sci_range_shares_one_power_of_ten():
     assert sci_range(5.6e-4, 7.6e-4, style="latex") == r"5.6\text{ to }7.6 \times 10^{-4}"
     with pytest.raises(ValueError, match="finite"):
         sci_range(1.0, math.inf)
+
+
+def test_num_and_span_for_generated_prose():
+    from attnbook.fmt import num, span
+
+    assert num(-0.314) == "\u22120.31" and num(12500, ",.0f") == "12\u2009500"
+    assert num(3e-5, ".1e") == fmt_sci(3e-5, 1)
+    assert span(1.0, 1.001) == "1.00" and span(0.2, 0.83) == "0.20 to 0.83"
+    assert span(-1, 2, ".0f", sep="–") == "\u22121–2"
