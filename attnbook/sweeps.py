@@ -327,3 +327,39 @@ def _hash(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---- public names for the table machinery (attnbook.tables, attnbook.slices) ------------------
+# Thin wrappers over the private helpers above, so that other modules need none of their names;
+# the checkpoint's format stays this module's business.
+def point_key(point: Mapping[str, Any]) -> str:
+    """The key under which a sweep's checkpoint holds ``point`` (its fields as canonical JSON)."""
+    return _key(point)
+
+
+def read_checkpoint(path: str | Path) -> dict[str, list[dict]]:
+    """The finished points of the checkpoint ``path``: :func:`point_key` -> the point's rows."""
+    return _read_done(Path(path))
+
+
+def checkpoint_path(name: str, run: Run | None = None, path: str | Path | None = None) -> Path:
+    """The checkpoint file of sweep ``name``, as :func:`sweep` finds it (``path``, else
+    ``<name>.jsonl`` in ``run.sweep_dir``)."""
+    return _checkpoint_path(name, run, path)
+
+
+def append_checkpoint(path: str | Path, entries: Iterable[tuple[Mapping[str, Any], list[dict]]]) -> int:
+    """Append finished points to the checkpoint ``path``, as :func:`sweep` writes them: each entry
+    is ``(point, rows)``. A sweep over those points then takes them from there instead of
+    computing them. Returns the number of points written."""
+    lines = [json.dumps({"point": _jsonable(dict(point)), "rows": _jsonable(rows)}) + "\n"
+             for point, rows in entries]
+    if lines:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.writelines(lines)
+    return len(lines)
+
+
+__all__ += ["point_key", "read_checkpoint", "checkpoint_path", "append_checkpoint"]
