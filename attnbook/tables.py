@@ -16,7 +16,8 @@ so); a later ``store`` of a table whose stored copy is partial takes that copy's
 the sweep's checkpoint and computes only the rest, so a table too long for one machine is
 finished in parts, each a committed file. The CPU seconds a table took (this process and its Dask
 workers) are written to ``benchmarks/results/full_runs.json`` (:data:`MEASURED`), which the cost
-report of ``benchmarks/full_cost.py`` reads. :mod:`attnbook.slices` recomputes a slice of a stored
+report of ``benchmarks/full_cost.py`` reads (not for a trial store in another
+``$ATTNLIB_RESULTS_DIR``). :mod:`attnbook.slices` recomputes a slice of a stored
 table with the same planning; :mod:`attnbook.tables_cli` holds the two command-line verbs.
 
 A table that cannot be planned or stored as asked raises :class:`TableError` (a usage error, one
@@ -414,11 +415,13 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         raise TableError(f"--points {points}: must be at least 1")
     if points is not None and any("{" in name for name in names):
         raise TableError(f"--points: not for tables named by a pattern ({', '.join(names)})")
-    from .store import results_root
+    from .store import RESULTS_DIR, results_root
     from .sweeps import check_scheduler
 
     check_scheduler(scheduler)  # a ParameterError (one line) before anything runs
     results = results_root() / chapter
+    # a trial store ($ATTNLIB_RESULTS_DIR elsewhere) enters no cost in full_runs.json
+    trial = results_root().resolve() != RESULTS_DIR.resolve()
     setup, segments = plan_tables(chapter, names, defs)
     ns: dict = {}
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
@@ -474,7 +477,10 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
         if not before and points:
             note = _mark_partial(stored, points, asked.get("of", points), wall_s)
             print(f"{chapter}/{name}: {note}", flush=True)
-        if not before:
+        if not before and trial:
+            print(f"{chapter}/{name}: stored in {results}, not results/: its cost is not recorded",
+                  flush=True)
+        elif not before:
             if "{" in name:
                 how += f" (one run for {', '.join(written)})"
             record_measured(chapter, _measured_name(name), cpu, wall, how,

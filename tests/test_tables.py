@@ -192,10 +192,11 @@ def test_points_a_sweep_takes_from_an_earlier_checkpoint_are_counted_not_timed(t
 
 
 
-def _attnbook(*args, tmp_path):
-    """``python -m attnbook.book ARGS`` with an empty result store in ``tmp_path``."""
-    env = dict(os.environ, ATTNLIB_RESULTS_DIR=str(tmp_path / "results"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+def _attnbook(*args, tmp_path, **env):
+    """``python -m attnbook.book ARGS`` with a result store and sweep folders in ``tmp_path``."""
+    env = {**os.environ, "ATTNLIB_RESULTS_DIR": str(tmp_path / "results"),
+           "ATTNLIB_SWEEP_DIR": str(tmp_path / "sweeps"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **env}
     return subprocess.run([sys.executable, "-m", "attnbook.book", *args], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=300)
 
@@ -248,3 +249,27 @@ def test_slice_command_reports_the_differences_and_exits_1(monkeypatch, capsys):
     tables_cli.add_commands(parser.add_subparsers(dest="verb"))
     assert tables_cli.run_command(parser.parse_args(["slice", "ch", "u"])) == 0
     assert "ch/u: 1 points recomputed, 6 values compared, 0 differ" in capsys.readouterr().out
+
+
+def test_store_then_finish_a_partial_table_then_check_its_slice(tmp_path):
+    """The whole path on chapter 0's cheapest table, in a trial store ($ATTNLIB_RESULTS_DIR): two
+    points stored (a partial table), a third added by a later store that takes the two over from
+    the stored table (a fresh sweep folder: nothing but the store survives), then a slice of it
+    recomputed and compared. Nothing reaches results/ or full_runs.json."""
+    from attnbook.store import load_result
+
+    measured = tb.MEASURED.read_bytes() if tb.MEASURED.exists() else None
+    store = ("store", "00-attention", "neff", "--defs", "random_scores", "--scheduler", "serial")
+    for k, run in ((2, "first"), (3, "second")):
+        out = _attnbook(*store, "--points", str(k), tmp_path=tmp_path, ATTNLIB_SWEEP_DIR=str(tmp_path / run))
+        assert out.returncode == 0, out.stderr
+        assert "stored: neff" in out.stdout and "its cost is not recorded" in out.stdout
+    assert "2 points taken over from the stored partial table" in out.stdout
+    df, record = load_result(tmp_path / "results" / "00-attention" / "neff.csv")
+    assert record["partial"] == "the first 3 of the full profile's 49 points" and len(df) == 3
+    assert record["resumed"].startswith("2 points from earlier runs")
+    out = _attnbook("slice", "00-attention", "neff", "--defs", "random_scores", "--idx", "0", "2",
+                    tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "00-attention/neff: 2 points recomputed, 4 values compared, 0 differ" in out.stdout
+    assert (tb.MEASURED.read_bytes() if tb.MEASURED.exists() else None) == measured
