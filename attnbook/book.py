@@ -13,6 +13,10 @@ Commands::
     attnbook sync                           rewrite the outputless chapters/*.ipynb from chapters/*.md
     attnbook clean [--stale]                remove executed chapters, caches and the built site
                                             (--stale: only checkpoints and leftovers no run needs)
+    attnbook store CHAPTER TABLE ...        compute and store single tables of a chapter's full
+                   [--defs FN] [--points K] profile with its own code (attnbook.tables_cli)
+    attnbook slice CHAPTER TABLE [--idx I]  recompute a few points of a stored table with the current
+                                            code and compare them; exit 1 if a value differs
 
 Parameters are checked before a kernel starts, against the chapter's parameters cell (types from
 the defaults, as papermill reads them) and the checks the chapter declares (see
@@ -60,6 +64,7 @@ from attnlib._validation import ParameterError
 
 from . import checkpoints as _checkpoints
 from . import edition as _edition
+from . import tables_cli as _tables_cli
 
 #: the science package whose modules a chapter's cache key and stored results depend on
 PACKAGE = Path(attnlib.__file__).resolve().parent
@@ -1328,6 +1333,7 @@ def main(argv: list[str] | None = None) -> int:
     p_clean = sub.add_parser("clean", help="remove executed chapters, caches and the site")
     p_clean.add_argument("--stale", action="store_true",
                          help="remove only old sweep checkpoints and leftovers of ended runs")
+    _tables_cli.add_commands(sub)
     args = parser.parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -1350,6 +1356,8 @@ def main(argv: list[str] | None = None) -> int:
             return audit_command(args.results)
         elif args.command == "clean":
             clean(stale=args.stale)
+        elif args.command in _tables_cli.COMMANDS:
+            return _tables_cli.run_command(args)
     except ParameterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

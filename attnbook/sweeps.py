@@ -28,7 +28,7 @@ from . import checkpoints as _ckpt
 from .runs import Run, _jsonable
 
 __all__ = ["sweep", "SweepError", "check_scheduler", "SCHEDULERS", "point_key", "read_checkpoint",
-           "checkpoint_path", "sweep_key"]
+           "checkpoint_path", "sweep_key", "append_checkpoint"]
 
 #: The scheduler names :func:`sweep` accepts besides a scheduler address (``tcp://host:port``).
 SCHEDULERS = ("serial", "local", "local:<n workers>")
@@ -332,3 +332,18 @@ point_key = _ckpt.point_key  #: point -> its canonical key (str)
 read_checkpoint = _ckpt.read_checkpoint  #: path -> {point key: rows}, bad lines set aside
 checkpoint_path = _ckpt.checkpoint_path  #: (name, run=None, path=None, fn=None) -> Path
 sweep_key = _ckpt.sweep_key  #: (fn, run=None) -> the sweep key (hex SHA-256)
+
+
+def append_checkpoint(path: str | Path, entries: Iterable[tuple[Mapping[str, Any], list[dict]]]) -> int:
+    """Append finished points to the checkpoint ``path`` in the checked line format
+    (:func:`attnbook.checkpoints.checkpoint_line`): each entry is ``(point, rows)``. A sweep over
+    those points then takes them from there instead of computing them (the table machinery seeds
+    a resumed table this way). Returns the number of points written."""
+    lines = [_ckpt.checkpoint_line(point, _jsonable(rows)) for point, rows in entries]
+    if lines:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _ckpt.drop_cut_line(path)
+        with path.open("a") as fh:
+            fh.writelines(lines)
+    return len(lines)

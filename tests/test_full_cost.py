@@ -1,14 +1,11 @@
-"""`benchmarks/full_cost.py store`: a table whose code needs another cell is refused up front.
+"""`benchmarks/full_cost.py`: the cost probes' arithmetic and the cost report's measured column.
 
-``store`` runs a chapter's own code for single tables of its ``full`` profile, which can take
-hours. A table whose statements use a name bound only in another cell must be refused before
-any of the chapter's code runs, with a message that says which cell binds it; otherwise the
-tables named before it are computed first and the run then dies on a ``NameError``.
+The tables themselves are stored by ``attnbook store`` (tests/test_tables.py), which writes the
+CPU seconds each took to ``benchmarks/results/full_runs.json``; the report reads them.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 from pathlib import Path
 
@@ -19,178 +16,23 @@ _spec = importlib.util.spec_from_file_location("full_cost", ROOT / "benchmarks" 
 fc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fc)
 
-CH3 = "03-positional-semantic"
 
-
-def test_bound_and_free_names():
-    tree = ast.parse(
-        "import numpy as np\nfrom math import log\n"
-        "def f(a, *, b=1):\n    return a + b + c\n"
-        "ys = [x * k for x in range(3)]\nfor i in ys:\n    total = i\n"
-        "try:\n    pass\nexcept ValueError as err:\n    print(err)\n")
-    assert fc.bound_names(tree) == {"np", "log", "f", "a", "b", "ys", "x", "i", "total", "err"}
-    assert fc.free_names(tree) == {"c", "k"}  # builtins (range, print, ValueError) are not free
-    assert fc.bound_names(ast.parse("from os.path import *")) is None
-
-
-def test_table_needing_another_cell_is_refused_before_any_code_runs(monkeypatch):
-    ran = []
-    monkeypatch.setattr(fc, "exec", lambda *a, **k: ran.append(a), raising=False)
-    with pytest.raises(SystemExit, match=r"gd-scaling: its cell uses SIM, sim_point") as err:
-        fc.store_tables(CH3, ["gd-scaling"], "serial")
-    assert "SIM = SIZES" in str(err.value)  # it says where the missing names are bound
-    assert ran == []
-
-
-def test_the_simulation_cell_named_with_defs_lets_gd_scaling_be_stored_alone():
-    setup, segments = fc.plan_tables(CH3, ["gd-scaling"], defs=("sim_point",))
-    assert list(segments) == ["gd-scaling"]
-    assert "def sim_point(" in setup[2] and "cached(" not in setup[2]  # defines, computes nothing
-
-
-def test_every_table_of_chapter_3_in_document_order_passes():
-    tables = ["gd-omega03", "gd-scaling", "gd-phase", "gd-sigma-lambda", "gd-generic"]
-    with pytest.raises(SystemExit, match="gd-omega03: its cell uses SIM, block_point, seed_blocks"):
-        fc.plan_tables(CH3, tables)
-    assert list(fc.plan_tables(CH3, tables, defs=("sim_point",))[1]) == tables
-
-
-def test_a_missing_definition_named_with_defs_passes():
-    with pytest.raises(SystemExit, match="random_scores"):
-        fc.plan_tables("00-attention", ["neff"])
-    setup, _ = fc.plan_tables("00-attention", ["neff"], defs=("random_scores",))
-    assert "def random_scores(" in setup[2]
-
-
-def test_a_function_in_a_named_tables_own_cell_is_left_to_that_table():
-    # chapter 4 defines gp_accuracy in hmc-theory's cell and sample_width in the sampling cell:
-    # run whole as set-up, those cells would compute the tables before their cost is measured
-    ch4, defs = "04-attention-paths", ("gp_accuracy", "sample_width")
-    setup, segments = fc.plan_tables(ch4, ["hmc-theory", "two-path", "hmc-sampling-N{N}"], defs)
-    assert setup[2:] == ["", ""] and list(segments) == ["hmc-theory", "two-path", "hmc-sampling-N{N}"]
-    assert "gp_accuracy" in fc.bound_names(segments["hmc-theory"])
-    # alone, two-path needs hmc-theory's cell for gp_accuracy, which then runs as set-up
-    setup, _ = fc.plan_tables(ch4, ["two-path"], ("gp_accuracy",))
-    assert "def gp_accuracy(" in setup[2]
-    # named after the table that uses it, the function is refused before anything runs
-    with pytest.raises(SystemExit, match="two-path: its cell uses gp_accuracy"):
-        fc.plan_tables(ch4, ["two-path", "hmc-theory"], ("gp_accuracy",))
-
-
-def test_a_table_name_with_a_field_stands_for_every_table_its_cell_stores(tmp_path, monkeypatch):
-    monkeypatch.setattr(fc, "ROOT", tmp_path)
-    folder = tmp_path / "results" / "04-attention-paths"
-    folder.mkdir(parents=True)
-    for stem in ("hmc-sampling-N10", "hmc-sampling-N100", "hmc-theory", "hmc-sampling-N10-old"):
-        (folder / f"{stem}.csv").write_text("x\n")
-    assert [p.stem for p in fc._table_files("04-attention-paths", "hmc-sampling-N{N}")] == [
-        "hmc-sampling-N10", "hmc-sampling-N100"]  # a field's value holds no hyphen
-    assert fc._table_files("04-attention-paths", "two-path") == [folder / "two-path.csv"]
-    assert fc._measured_name("hmc-sampling-N{N}") == "hmc-sampling"
-    assert fc._measured_name("two-path") == "two-path"
-    with pytest.raises(SystemExit, match="--points: not for tables named by a pattern"):
-        fc.store_tables("04-attention-paths", ["hmc-sampling-N{N}"], "serial", points=1)
-
-
-def test_points_option_stores_the_first_points_and_says_so(tmp_path):
-    """``store --points k``: the sweep runs, and the store key holds, only the first k points; the
-    stored record names the table partial, stays verifiable, and carries the given wall time."""
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    from attnbook.store import load_result, save_result
-
-    calls = {}
-    ab = SimpleNamespace(
-        sweep=lambda fn, points, *a, **kw: calls.update(swept=points),
-        stored_or_compute=lambda run, name, compute, params, **kw: (
-            calls.update(params=params), compute())[1])
-    asked = fc._first_points(ab, 2, ["t", "u"])
-    pts = [dict(seed=s) for s in range(5)]
-    ab.stored_or_compute(None, "t", lambda: ab.sweep(None, pts), params=dict(points=pts, seed=0))
-    assert calls["swept"] == pts[:2] and calls["params"]["points"] == pts[:2] and asked["of"] == 5
-    # a table keyed by what it is computed from (chapter 3's) is keyed by the points it holds too
-    ab.stored_or_compute(None, "u", lambda: ab.sweep(None, pts), params=dict(alphas=[1.0], seed=0))
-    assert calls["swept"] == pts[:2] and calls["params"]["first_points"] == 2
-    # a table the cell computes on the way (not named) keeps every point and its own key
-    ab.stored_or_compute(None, "v", lambda: ab.sweep(None, pts), params=dict(points=pts, seed=0))
-    assert calls["swept"] == pts and calls["params"]["points"] == pts
-    ab.sweep(None, pts)  # and a sweep outside a named table is not cut either
-    assert calls["swept"] == pts
-
-    path = tmp_path / "t.csv"
-    save_result(pd.DataFrame({"seed": [0, 1], "risk": [0.5, 0.25]}), path, dict(wall_s=1.0, date="x"))
-    assert fc._mark_partial(path, 2, 5, 1234.5) == "the first 2 of the full profile's 5 points"
-    df, record = load_result(path)  # verified: seal and checksum rewritten
-    assert record["partial"].startswith("the first 2") and record["wall_s"] == 1234.5
-    assert list(df["risk"]) == [0.5, 0.25]
-    with pytest.raises(SystemExit, match="at least 1"):
-        fc.store_tables("01-random-features", ["brfa"], "serial", points=0)
-
-
-def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
-    """A table stored in part (``store --points``) is finished later on a machine that kept
-    nothing but ``results/``: its points are written into the sweep's checkpoint, only the other
-    points are computed, and the table equals that of one uninterrupted run. A partial table that
-    older code produced is refused, not mixed with the current code's points."""
-    import pandas as pd
-
-    from attnbook.runs import source_hash
-    from attnbook.store import load_result, save_result
-    from attnbook.sweeps import sweep
-
-    calls = []
-
-    def point(d, lambdas, seed):
-        calls.append(seed)
-        return [dict(n=n, risk=1.0 / (n + seed + d + lambdas[1]), tag=None if n == 2 else "a")
-                for n in (1, 2)]
-
-    pts = [dict(d=3, lambdas=[0.0, 1e-3], seed=s) for s in range(4)]
-    whole = sweep(point, pts, "t", path=tmp_path / "whole.jsonl")
-    table = tmp_path / "results" / "t.csv"
-    save_result(sweep(point, pts[:2], "t", path=tmp_path / "first.jsonl"), table,
-                dict(code_hash=source_hash(), partial="the first 2 of the full profile's 4 points"))
-    calls.clear()
-    checkpoint = tmp_path / "resumed" / "t.jsonl"
-    assert fc._seed_checkpoint(checkpoint, pts, table) == 2
-    assert fc._seed_checkpoint(checkpoint, pts, table) == 2  # already in the checkpoint: not again
-    assert sum(1 for _ in checkpoint.open()) == 2
-    resumed = sweep(point, pts, "t", path=checkpoint)
-    assert calls == [2, 3]
-    # the stored points come back through the CSV: equal to the last digit or two
-    pd.testing.assert_frame_equal(resumed.drop(columns="elapsed_s"), whole.drop(columns="elapsed_s"),
-                                  check_exact=False, rtol=1e-14)
-    assert resumed.elapsed_s.notna().all()  # the stored points keep the time they took
-
-    _, record = load_result(table)
-    save_result(load_result(table)[0], table, dict(record, code_hash="0" * 64, code={}))
-    with pytest.raises(SystemExit, match="changed since"):
-        fc._seed_checkpoint(tmp_path / "other.jsonl", pts, table)
-
-
-def test_points_a_sweep_takes_from_an_earlier_checkpoint_are_counted_not_timed(tmp_path):
-    """A table whose sweep finds points in its checkpoint (a stopped run's, or one whose table was
-    moved aside) takes them from there: ``store`` counts them, and the cost table shows the
-    measured time as a lower bound instead of as the table's cost."""
-    from types import SimpleNamespace
-
-    from attnbook.sweeps import sweep
-
-    pts = [dict(seed=s) for s in range(4)]
-    sweep(lambda seed: [dict(r=seed)], pts[:3], "t", path=tmp_path / "t.jsonl")  # the earlier run
-    ab = SimpleNamespace(sweep=sweep)
-    found = fc._count_checkpointed(ab)
-    ab.sweep(lambda seed: [dict(r=seed)], pts, "t", path=tmp_path / "t.jsonl")
-    ab.sweep(lambda seed: [dict(r=seed)], pts, "u", path=tmp_path / "u.jsonl")
-    assert found == {"t": 3, "u": 0}
+def test_points_an_earlier_checkpoint_gave_make_the_measured_time_a_lower_bound():
+    """A table whose sweep took points from an earlier run's checkpoint (``store`` counts them,
+    tests/test_tables.py) shows its measured time as a lower bound, not as the table's cost."""
     row = dict(chapter="04", table="two-path (theory)")
     timed = {"cpu_s": 13.8, "how": "store"}
     assert fc.measured_cells(row, {"04-attention-paths": {"two-path": timed}}) == fc._fmt_s(13.8)
     untimed = dict(timed, untimed="3 points taken from the sweep checkpoint of an earlier run, not timed")
     assert fc.measured_cells(row, {"04-attention-paths": {"two-path": untimed}}) == (
         f"at least {fc._fmt_s(13.8)} (3 points taken from the sweep checkpoint of an earlier run, not timed)")
+
+
+def test_the_report_reads_the_measurements_attnbook_store_writes():
+    from attnbook import tables
+
+    assert fc.MEASURED == tables.MEASURED == ROOT / "benchmarks" / "results" / "full_runs.json"
+    assert not hasattr(fc, "store_tables") and not hasattr(fc, "plan_tables")
 
 
 def test_ch3_gd_cost_sums_steps_and_test_set_over_alphas():

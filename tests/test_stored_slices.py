@@ -3,10 +3,11 @@
 A table in ``results/`` was produced by the chapter's ``full`` profile at some commit. Here a few
 of its points (the cheapest ones, or a nested part of one: the first head counts of a single
 stream of draws) are computed again on the CPU with the chapter's own current code
-(``benchmarks/full_cost.py``, :func:`recompute_slice`) and compared with the stored rows, value
-by value. A change that alters what a stored table means (a new estimator, another seed
-convention, a changed equation) therefore fails here, and the table must be recomputed; the
-audit (``attnbook audit``) only says whether the code's source changed.
+(:func:`attnbook.slices.recompute_slice`, planned as ``attnbook store`` plans the table) and
+compared with the stored rows, value by value (``attnbook slice CHAPTER TABLE`` does the same for
+one table from the command line). A change that alters what a stored table means (a new
+estimator, another seed convention, a changed equation) therefore fails here, and the table must
+be recomputed; the audit (``attnbook audit``) only says whether the code's source changed.
 
 Every stored table needs an entry in ``SLICES``: a new table without one fails the test. A table
 whose cheapest slice takes minutes is marked ``heavy`` with its measured cost; those run with
@@ -15,16 +16,15 @@ whose cheapest slice takes minutes is marked ``heavy`` with its measured cost; t
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
+from attnbook.slices import check_slice, compare_slice
+from attnbook.tables import plan_tables
+
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("full_cost", ROOT / "benchmarks" / "full_cost.py")
-fc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fc)
 
 STORED = sorted(p.relative_to(ROOT / "results").with_suffix("").as_posix()
                 for p in (ROOT / "results").glob("*/*.csv"))
@@ -123,12 +123,9 @@ def test_stored_table_matches_a_recomputed_slice(table, tmp_path):
     if heavy and os.environ.get("ATTNBOOK_SLICES") != "all":
         pytest.skip(f"{table}: its cheapest slice takes {heavy}; run with ATTNBOOK_SLICES=all")
     chapter, name = table.split("/")
-    idx, cmp = spec.pop("idx", [0]), spec.pop("cmp", {})
-    # a field the slice shrinks differs from the stored point's by design: it identifies no row
-    cmp = dict(cmp, ignore=(*cmp.get("ignore", ()), *spec.get("shrink", {})))
-    fresh, stored, chosen = fc.recompute_slice(
-        chapter, name, lambda points: [i % len(points) for i in idx], workdir=tmp_path, **spec)
-    n, diffs = fc.compare_slice(fresh, stored, chosen, **cmp)
+    # a field the slice shrinks differs from the stored point's by design: check_slice ignores it
+    n, diffs, _ = check_slice(chapter, name, spec.pop("idx", [0]), spec.pop("cmp", {}),
+                              workdir=tmp_path, **spec)
     assert n > 0, f"{table}: no value of the recomputed slice is in the stored table"
     assert not diffs, f"{table}: {len(diffs)} of {n} recomputed values differ:\n" + "\n".join(diffs[:10])
 
@@ -138,7 +135,7 @@ def test_every_slice_names_a_table_a_full_run_stores():
     # a machine has the hours), but it must name a table that a chapter's full profile stores
     for table, spec in SLICES.items():
         chapter, name = table.split("/")
-        fc.plan_tables(chapter, [] if "call" in spec else [spec.get("cell", name)], spec.get("defs", ()),
+        plan_tables(chapter, [] if "call" in spec else [spec.get("cell", name)], spec.get("defs", ()),
                        (spec["pre"],) if "pre" in spec else ())
 
 
@@ -149,14 +146,14 @@ def test_compare_slice_reports_every_changed_value_and_skips_wall_times():
                            "eps": [0.1, 0.2, 0.3], "elapsed_s": [1.0, 2.0, 3.0]})
     fresh = stored[stored.alpha == 0.5].assign(elapsed_s=[9.0, 9.0])
     chosen = [{"alpha": 0.5}]
-    assert fc.compare_slice(fresh, stored, chosen) == (4, [])  # branch and eps of two rows
+    assert compare_slice(fresh, stored, chosen) == (4, [])  # branch and eps of two rows
     moved = fresh.assign(eps=[0.1, 0.2 * (1 + 1e-4)])
-    n, diffs = fc.compare_slice(moved, stored, chosen)
+    n, diffs = compare_slice(moved, stored, chosen)
     assert n == 4 and len(diffs) == 1 and "eps" in diffs[0] and "0.2" in diffs[0]
-    assert fc.compare_slice(moved, stored, chosen, rtol=1e-3)[1] == []
+    assert compare_slice(moved, stored, chosen, rtol=1e-3)[1] == []
     # a column's own tolerance
-    assert fc.compare_slice(moved, stored, chosen, tol={"eps": (1e-3, 0.0)})[1] == []
-    assert fc.compare_slice(moved, stored, chosen, rtol=1e-3, tol={"eps": (1e-5, 0.0)})[1]
+    assert compare_slice(moved, stored, chosen, tol={"eps": (1e-3, 0.0)})[1] == []
+    assert compare_slice(moved, stored, chosen, rtol=1e-3, tol={"eps": (1e-5, 0.0)})[1]
     # a point the stored table does not hold, or holds with other rows, is a difference too
-    assert fc.compare_slice(fresh.assign(alpha=2.0), stored, [{"alpha": 2.0}])[1]
-    assert fc.compare_slice(fresh.iloc[:1], stored, chosen)[1]
+    assert compare_slice(fresh.assign(alpha=2.0), stored, [{"alpha": 2.0}])[1]
+    assert compare_slice(fresh.iloc[:1], stored, chosen)[1]
