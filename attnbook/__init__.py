@@ -8,7 +8,7 @@ formatter. The science lives in :mod:`attnlib`; this package imports it, never t
 A chapter uses the kit through ``import attnbook as ab``: :func:`start_chapter`, :func:`sweep`,
 :func:`stored_or_compute` / :func:`stored_full` / :func:`stored_phrase` for tables that may be
 stored at paper scale, :func:`profile_sizes`, :func:`committed_file` and :mod:`attnbook.plotting`.
-The command line is ``attnbook`` (:mod:`attnbook.book`).
+The command line is ``attnbook`` (:mod:`attnbook.cli`).
 """
 
 from attnlib import ParameterError
