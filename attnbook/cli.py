@@ -65,7 +65,7 @@ def build(params: dict | None = None, force: bool = False, site: bool = True, lo
     """Execute every chapter of the table of contents (cached), then build the site.
 
     ``edition="student"`` renders the exercises without their solutions into
-    ``_build/student/html`` (:mod:`attnlib._edition`).
+    ``_build/student/html`` (:mod:`attnbook.edition`).
 
     One build per checkout at a time: a second one waits for the first (saying so), or with
     ``wait=False`` stops at once. Every chapter's parameters are checked before any executes.
@@ -200,7 +200,7 @@ def clean(stale: bool = False, log=print) -> None:
 def sync(log=print) -> list[Path]:
     """Write ``chapters/<id>.ipynb`` (no outputs) from each ``chapters/<id>.md``.
 
-    Each notebook runs and reads in plain Jupyter or Colab (:func:`attnlib._colab.twin_notebook`:
+    Each notebook runs and reads in plain Jupyter or Colab (:func:`attnbook.colab.twin_notebook`:
     install cell, macros, MyST roles and blocks as Markdown).
     """
     import jupytext

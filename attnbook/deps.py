@@ -117,8 +117,8 @@ def chapter_modules(chapter: str, nb=None) -> set[str]:
     """Names of the attnlib modules a chapter's code depends on.
 
     The chapter's imports (``import attnlib.x``, ``from attnlib import x``, and for
-    ``import attnlib as al`` the modules of the names it uses, ``al.start_chapter`` ->
-    ``attnlib._runtime``), every module those import in turn, every module of an imported
+    ``import attnlib as al`` the modules of the names it uses, ``al.check_int`` ->
+    ``attnlib._validation``), every module those import in turn, every module of an imported
     subpackage. ``attnlib/__init__.py`` counts only when the chapter takes a name from the package
     face itself (it re-exports and computes nothing; a test holds it to that). :mod:`attnbook`,
     the machinery, never counts: it does not change a number.

@@ -24,7 +24,7 @@ from attnlib._validation import ParameterError
 from .deps import chapter_modules
 from .layout import BuildError, _read_chapter, current
 
-#: Parameters every chapter has; their checks live in :mod:`attnlib._runtime`.
+#: Parameters every chapter has; their checks live in :mod:`attnbook.runs`.
 COMMON = ("profile", "device", "seed")
 #: Parameters that choose how a chapter executes, not what it computes: they are checked, passed
 #: to the chapter, and left out of the output slot's name and the cache key (a run on a Dask

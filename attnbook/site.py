@@ -64,7 +64,7 @@ def stage_site(chapters: list[str], slots: dict[str, str] | None = None,
     """Assemble ``_build/src``: config, prose pages and the executed chapters as pages.
 
     Each chapter's page is the notebook of its slot in ``slots`` (default: the book's own slot).
-    ``edition`` (:mod:`attnlib._edition`): ``"student"`` hides the solutions.
+    ``edition`` (:mod:`attnbook.edition`): ``"student"`` hides the solutions.
     """
     slots = slots or {}
     root, build = current().root, current().build
@@ -93,7 +93,7 @@ AUDIT = Path("book") / "_generated" / "results-audit.md"
 
 
 def audit_markdown(results_dir: str | Path | None = None) -> str:
-    """The table of :func:`attnlib._store.audit` as markdown, for the reproducibility page."""
+    """The table of :func:`attnbook.store.audit` as markdown, for the reproducibility page."""
     from .store import audit, audit_table
 
     return audit_table(audit(results_dir))
