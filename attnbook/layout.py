@@ -30,16 +30,17 @@ class Book:
 
     Each folder defaults to its place under ``root`` and may be given instead, e.g.
     ``Book(root, build=root / "_build" / "pdf")``; ``records`` and ``table`` default to their
-    places in the (given or default) ``cache`` and ``executed`` folders.
+    places in the (given or default) ``cache`` and ``executed`` folders. After construction every
+    field holds a :class:`~pathlib.Path`.
     """
 
     root: Path
-    chapters: Path = None  # type: ignore[assignment]
-    executed: Path = None  # type: ignore[assignment]
-    cache: Path = None  # type: ignore[assignment]
-    build: Path = None  # type: ignore[assignment]
-    records: Path = None  # type: ignore[assignment]
-    table: Path = None  # type: ignore[assignment]
+    chapters: Path | None = None
+    executed: Path | None = None
+    cache: Path | None = None
+    build: Path | None = None
+    records: Path | None = None
+    table: Path | None = None
 
     def __post_init__(self):
         root = Path(self.root)

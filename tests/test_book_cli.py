@@ -68,6 +68,20 @@ def test_every_toc_chapter_has_a_source_and_a_parameters_cell():
         assert defaults["profile"] == "quick" and defaults["device"] == "auto"
 
 
+def test_a_book_is_its_folders(tmp_path, monkeypatch):
+    """layout.Book names a book tree's folders; one may be moved, and what lies in it follows."""
+    book = layout.Book(tmp_path)
+    assert book.chapters == tmp_path / "chapters" and book.build == tmp_path / "_build"
+    assert book.records == tmp_path / "book" / "_cache" / "executions.json"
+    assert book.table == tmp_path / "book" / "chapters" / "execution-table.md"
+    moved = layout.Book(tmp_path, cache=tmp_path / "c")
+    assert moved.records == tmp_path / "c" / "executions.json" and moved.executed == book.executed
+    monkeypatch.setattr(layout, "BOOK", None)
+    monkeypatch.setenv("ATTNBOOK_ROOT", str(tmp_path))
+    assert layout.current() == layout.Book(tmp_path.resolve())
+    assert layout.use(tmp_path / "x") == layout.current() == layout.Book(tmp_path / "x")
+
+
 def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
     chapters, executed, cache = tmp_path / "chapters", tmp_path / "executed", tmp_path / "cache"
     chapters.mkdir()
