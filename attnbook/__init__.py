@@ -11,7 +11,7 @@ A chapter uses the kit through ``import attnbook as ab``: :func:`start_chapter`,
 caption saying where a figure's data come from, :func:`profile_sizes`, :func:`committed_file`,
 :mod:`attnbook.plotting` (its ``FULL_STYLE`` draws stored points), and :func:`claim`, which
 records a headline claim with its control and its held-out check for the *Claims and evidence*
-page. The command line is ``attnbook`` (:mod:`attnbook.book`).
+page. The command line is ``attnbook`` (:mod:`attnbook.cli`).
 """
 
 from attnlib import ParameterError

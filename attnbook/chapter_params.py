@@ -37,9 +37,9 @@ def profile_sizes(profile_sizes: dict, profile: str, sizes: dict) -> dict:
 
 
 def _chapter_source(chapter: str) -> str:
-    from . import book
+    from .layout import current
 
-    return (book.CHAPTERS / f"{chapter}.md").read_text()
+    return (current().chapters / f"{chapter}.md").read_text()
 
 
 def _kind(node: ast.AST) -> tuple[str, str | None]:

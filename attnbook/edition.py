@@ -1,4 +1,4 @@
-"""Editions of the site and the facts staged beside the chapters (used by :mod:`attnlib.book`).
+"""Editions of the site and the facts staged beside the chapters (used by :mod:`attnbook.site`).
 
 Two editions render the same executed chapters:
 

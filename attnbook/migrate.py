@@ -32,7 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import book
+from .deps import code_hashes
+from .layout import current
 from .runs import code_hash, source_hash
 from .store import RESULTS_DIR, _atomic_write, _seal, load_result
 
@@ -58,7 +59,7 @@ def machinery_split(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> 
     """Rewrite every record under ``results_dir`` to the science-only module list (see the module
     docstring). Refuses, naming the record, when a recorded hash does not match its file at
     ``commit`` (the table was already stale) or a science module changed other than by the move."""
-    root = book.ROOT
+    root = current().root
     rewritten = []
     for meta in sorted(Path(results_dir).glob("*/*.provenance.json")):
         table = meta.with_name(meta.name.replace(".provenance.json", ".csv"))
@@ -72,7 +73,7 @@ def machinery_split(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> 
             then = _old_hash(commit, rel, root)
             if then is None or then[: len(digest)] != digest:
                 raise RuntimeError(f"{meta}: {rel} was already changed at {commit}; recompute the table")
-        new = book.code_hashes(record["chapter"])
+        new = code_hashes(record["chapter"])
         changed = {}
         for rel, digest in new.items():
             before = (_old_hash(commit, rel, root) or "")[:16]

@@ -83,10 +83,10 @@ def _chapter_code(chapter: str) -> dict[str, str]:
     """``{"attnlib/<module>.py": code hash}`` of the modules chapter ``chapter`` uses to compute its
     results ({} if unknown). Every module of :mod:`attnlib` is result code; nothing of
     :mod:`attnbook` is listed."""
-    from . import book
+    from .deps import code_hashes
 
     try:
-        code = book.code_hashes(chapter)
+        code = code_hashes(chapter)
     except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError, ImportError):
         # outside a clone (a wheel install, Colab) there is no chapter source to read
         return {}

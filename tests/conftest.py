@@ -37,7 +37,7 @@ def html_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def summaries() -> dict[str, dict]:
-    from attnbook.book import toc_chapters
+    from attnbook.params import toc_chapters
 
     return {
         ch: json.loads(_need(EXECUTED / f"{ch}.summary.json").read_text()) for ch in toc_chapters()
@@ -63,13 +63,7 @@ def tiny_book(root: Path, chapter: str, text: str) -> Path:
 
 
 def point_book_at(root: Path, monkeypatch) -> None:
-    """Make ``attnbook.book`` build the book folder ``root`` (its chapters, outputs, cache, site)."""
-    from attnbook import book
+    """Make ``attnbook`` work on the book folder ``root`` (its chapters, outputs, cache, site)."""
+    from attnbook import layout
 
-    for name, value in {
-        "ROOT": root, "CHAPTERS": root / "chapters", "EXECUTED": root / "book" / "chapters",
-        "CACHE": root / "book" / "_cache", "BUILD": root / "_build",
-        "RECORDS": root / "book" / "_cache" / "executions.json",
-        "TABLE": root / "book" / "chapters" / "execution-table.md",
-    }.items():
-        monkeypatch.setattr(book, name, value)
+    monkeypatch.setattr(layout, "BOOK", layout.Book(root))

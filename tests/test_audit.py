@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import attnbook as ab
-from attnbook import book
 from attnbook import store as _store
+from attnbook.cli import main
 
 
 def _store_one(root, chapter="03-positional-semantic", name="table"):
@@ -26,7 +26,7 @@ def _store_one(root, chapter="03-positional-semantic", name="table"):
 
 
 def test_committed_results_audit_clean(capsys):
-    assert book.main(["audit"]) == 0
+    assert main(["audit"]) == 0
     out = capsys.readouterr().out
     rows = _store.audit(_store.RESULTS_DIR)
     stored = sorted(_store.RESULTS_DIR.rglob("*.csv")) if _store.RESULTS_DIR.exists() else []
@@ -58,7 +58,7 @@ def test_changed_code_is_reported_not_an_error(tmp_path, capsys):
     record = json.loads(meta.read_text())
     record["code"]["attnlib/dotattn/theory.py"] = "0" * 16  # produced by another version of it
     meta.write_text(json.dumps(_store._seal(record), indent=2))
-    assert book.main(["audit", "--results", str(tmp_path)]) == 0
+    assert main(["audit", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "changed: attnlib/dotattn/theory.py" in out and "1 produced by code that has changed" in out
 
@@ -76,7 +76,7 @@ def test_a_module_the_record_lists_but_that_is_gone_is_a_change(tmp_path):
 
 def test_package_init_only_re_exports():
     # attnlib/__init__.py counts for a chapter only through the names it takes from the package
-    # face (attnbook.book.chapter_modules): that holds only while it computes nothing, so it may
+    # face (attnbook.deps.chapter_modules): that holds only while it computes nothing, so it may
     # hold a docstring, imports, __version__ and __all__
     import ast
     from pathlib import Path
@@ -120,7 +120,7 @@ def test_corrupted_copy_fails_the_audit_naming_the_file(tmp_path, capsys, damage
     else:
         csv.unlink()
         reason = "is missing"
-    assert book.main(["audit", "--results", str(store)]) == 1
+    assert main(["audit", "--results", str(store)]) == 1
     captured = capsys.readouterr()
     errors = captured.err.strip().splitlines()
     assert len(errors) == 1 and "zz-damaged" in errors[0] and reason in errors[0], errors

@@ -7,39 +7,44 @@ import sys
 
 import pytest
 
-from attnbook import book
+from attnbook import layout
+from attnbook.cli import build
+from attnbook.execute import execute_chapter
+from attnbook.layout import BuildError, _read_chapter
+from attnbook.params import default_parameters, parse_parameters, toc_chapters, validate_parameters
+from attnbook.slots import cache_key
 from attnlib._validation import ParameterError
 
 from .conftest import ROOT, myst_chapter
 
 
 def test_parse_parameters():
-    assert book.parse_parameters(["profile=full", "seed=3", "lam=1e-2", "name=abc"]) == {
+    assert parse_parameters(["profile=full", "seed=3", "lam=1e-2", "name=abc"]) == {
         "profile": "full", "seed": 3, "lam": 0.01, "name": "abc"}
     with pytest.raises(ParameterError, match="name=value"):
-        book.parse_parameters(["seed"])
+        parse_parameters(["seed"])
 
 
 def test_validate_parameters_rejects_unknown_names_and_values():
     defaults = {"profile": "quick", "device": "auto", "seed": 0}
-    assert book.validate_parameters("c", {"seed": 2}, defaults)["seed"] == 2
+    assert validate_parameters("c", {"seed": 2}, defaults)["seed"] == 2
     with pytest.raises(ParameterError, match="sed is not a parameter of chapter c; .*seed"):
-        book.validate_parameters("c", {"sed": 2}, defaults)
+        validate_parameters("c", {"sed": 2}, defaults)
     with pytest.raises(ParameterError, match="profile='fast'"):
-        book.validate_parameters("c", {"profile": "fast"}, defaults)
+        validate_parameters("c", {"profile": "fast"}, defaults)
 
 
 def test_scheduler_auto_only_where_it_is_the_chapters_default():
     auto = {"profile": "quick", "device": "auto", "seed": 0, "scheduler": "auto"}
     serial = dict(auto, scheduler="serial")
-    assert book.validate_parameters("c", {}, auto)["scheduler"] == "auto"
-    assert book.validate_parameters("c", {"scheduler": "local:2"}, auto)["scheduler"] == "local:2"
+    assert validate_parameters("c", {}, auto)["scheduler"] == "auto"
+    assert validate_parameters("c", {"scheduler": "local:2"}, auto)["scheduler"] == "local:2"
     with pytest.raises(ParameterError, match="scheduler='auto' is not one of"):
-        book.validate_parameters("c", {"scheduler": "auto"}, serial)
+        validate_parameters("c", {"scheduler": "auto"}, serial)
 
 
 def test_bad_profile_exits_at_once_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "attnbook.book", "run", "00-attention",
+    proc = subprocess.run([sys.executable, "-m", "attnbook", "run", "00-attention",
                            "-p", "profile=fast"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -49,18 +54,32 @@ def test_bad_profile_exits_at_once_with_one_line():
 
 def test_cache_key_covers_parameters_and_source():
     params = {"profile": "quick", "device": "auto", "seed": 0}
-    key = book.cache_key("00-attention", params)
-    assert key == book.cache_key("00-attention", dict(params))
-    assert key != book.cache_key("00-attention", {**params, "seed": 1})
+    key = cache_key("00-attention", params)
+    assert key == cache_key("00-attention", dict(params))
+    assert key != cache_key("00-attention", {**params, "seed": 1})
 
 
 def test_every_toc_chapter_has_a_source_and_a_parameters_cell():
-    chapters = book.toc_chapters()
+    chapters = toc_chapters()
     assert chapters[0] == "00-attention"
     for chapter in chapters:
-        defaults = book.default_parameters(book._read_chapter(chapter))
+        defaults = default_parameters(_read_chapter(chapter))
         assert {"profile", "device", "seed"} <= set(defaults)
         assert defaults["profile"] == "quick" and defaults["device"] == "auto"
+
+
+def test_a_book_is_its_folders(tmp_path, monkeypatch):
+    """layout.Book names a book tree's folders; one may be moved, and what lies in it follows."""
+    book = layout.Book(tmp_path)
+    assert book.chapters == tmp_path / "chapters" and book.build == tmp_path / "_build"
+    assert book.records == tmp_path / "book" / "_cache" / "executions.json"
+    assert book.table == tmp_path / "book" / "chapters" / "execution-table.md"
+    moved = layout.Book(tmp_path, cache=tmp_path / "c")
+    assert moved.records == tmp_path / "c" / "executions.json" and moved.executed == book.executed
+    monkeypatch.setattr(layout, "BOOK", None)
+    monkeypatch.setenv("ATTNBOOK_ROOT", str(tmp_path))
+    assert layout.current() == layout.Book(tmp_path.resolve())
+    assert layout.use(tmp_path / "x") == layout.current() == layout.Book(tmp_path / "x")
 
 
 def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
@@ -68,12 +87,9 @@ def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
     chapters.mkdir()
     (chapters / "99-broken.md").write_text(myst_chapter(
         "Broken", 'profile = "quick"\ndevice = "auto"\nseed = 0', "value = 1 / 0"))
-    monkeypatch.setattr(book, "CHAPTERS", chapters)
-    monkeypatch.setattr(book, "EXECUTED", executed)
-    monkeypatch.setattr(book, "CACHE", cache)
-    monkeypatch.setattr(book, "RECORDS", cache / "executions.json")
-    with pytest.raises(book.BuildError) as err:
-        book.execute_chapter("99-broken", log=lambda *_: None)
+    monkeypatch.setattr(layout, "BOOK", layout.Book(ROOT, chapters=chapters, executed=executed, cache=cache))
+    with pytest.raises(BuildError) as err:
+        execute_chapter("99-broken", log=lambda *_: None)
     msg = str(err.value)
     assert "\n" not in msg and "99-broken failed in cell" in msg and "ZeroDivisionError" in msg
     assert "there was no earlier output" in msg and "log: " in msg
@@ -87,12 +103,12 @@ def test_failing_chapter_stops_with_cell_and_traceback(tmp_path, monkeypatch):
 def test_second_build_executes_nothing():
     """After `make book`, building again with nothing changed re-executes no chapter."""
     lines = []
-    records = book.build(site=False, log=lines.append)
+    records = build(site=False, log=lines.append)
     assert not any(r["executed"] for r in records.values())
     assert any("0 of" in line and "chapters executed" in line for line in lines)
 
 
-@pytest.mark.parametrize("chapter", book.toc_chapters())
+@pytest.mark.parametrize("chapter", toc_chapters())
 def test_colab_notebook_twin_is_in_sync(chapter):
     """chapters/<id>.ipynb (what launch buttons open) has the cells of chapters/<id>.md, as
     `attnbook sync` writes them for plain Jupyter (install cell first, MyST rewritten)."""

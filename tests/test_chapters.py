@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from attnbook.book import toc_chapters
+from attnbook.params import toc_chapters
 
 from .conftest import EXECUTED
 

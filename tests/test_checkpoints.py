@@ -1,7 +1,7 @@
 """Sweep checkpoints: keyed by what can change a number (not the prose), every line checked.
 
 The executions use a tiny throwaway chapter in a temporary book tree, through the same path as
-``attnbook run`` (:func:`attnbook.book.main`); the line-format tests use ``sweep(path=...)``.
+``attnbook run`` (:func:`attnbook.cli.main`); the line-format tests use ``sweep(path=...)``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook import book
 from attnbook import checkpoints as ck
+from attnbook import cli, deps, layout, slots
 from attnbook.sweeps import point_key, read_checkpoint
 
 from .conftest import myst_chapter, point_book_at, tiny_book
@@ -60,8 +60,8 @@ def chapter(tmp_path, monkeypatch):
             assert old in source.read_text()
             source.write_text(source.read_text().replace(old, new))
         calls.write_text("")
-        assert book.main(["run", "98-ckpt"]) == 0
-        total = json.loads(book.slot_paths("98-ckpt", "98-ckpt")[1].read_text())["total"]
+        assert cli.main(["run", "98-ckpt"]) == 0
+        total = json.loads(slots.slot_paths("98-ckpt", "98-ckpt")[1].read_text())["total"]
         return [int(i) for i in calls.read_text().split()], total
 
     execute.folder = root / "book" / "_cache" / "sweeps" / "98-ckpt"
@@ -82,7 +82,7 @@ def test_prose_edits_resume_every_point_and_code_edits_recompute(chapter, capsys
     assert chapter("SCALE = 2", "SCALE = 3") == ([0, 1, 2], 12)
     assert len(list(chapter.folder.glob("pts.*.jsonl"))) == 3
     # clean --stale keeps the checkpoint the last run used and removes the two older ones
-    book.clean(stale=True, log=lambda *_: None)
+    cli.clean(stale=True, log=lambda *_: None)
     kept = list(chapter.folder.glob("pts.*.jsonl"))
     used = json.loads((chapter.folder / "used.json").read_text())
     assert len(kept) == 1 and [kept[0].name] == [f"{stem}.jsonl" for stem in used["done"]]
@@ -91,10 +91,10 @@ def test_prose_edits_resume_every_point_and_code_edits_recompute(chapter, capsys
 
 def test_failed_run_counts_the_points_it_can_resume(chapter, monkeypatch, capsys):
     chapter()
-    source = book.CHAPTERS / "98-ckpt.md"
+    source = layout.current().chapters / "98-ckpt.md"
     source.write_text(source.read_text().replace("run.write_summary()", "assert False, 'stop'"))
     capsys.readouterr()
-    assert book.main(["run", "98-ckpt"]) == 1
+    assert cli.main(["run", "98-ckpt"]) == 1
     assert "3 finished sweep points saved" in capsys.readouterr().err
 
 
@@ -107,14 +107,14 @@ def test_the_key_follows_only_the_chapters_own_code_hashes(tmp_path, monkeypatch
         "import attnbook as ab", "import attnbook as ab\nfrom attnlib import attention"))
     point_book_at(root, monkeypatch)
     params = {"profile": "quick", "device": "cpu", "seed": 0}
-    assert "attnlib/mha.py" not in book.code_hashes("98-ckpt")
+    assert "attnlib/mha.py" not in deps.code_hashes("98-ckpt")
     run = ab.start_chapter("98-ckpt", device="cpu", quiet=True)
 
     def point(i):
         return {"v": i}
 
     def key() -> str:
-        env = ck.begin_execution(tmp_path / "slot", book.key_inputs("98-ckpt", params))
+        env = ck.begin_execution(tmp_path / "slot", slots.key_inputs("98-ckpt", params))
         monkeypatch.setenv(ck.ENV_INPUTS, env[ck.ENV_INPUTS])
         return ck.sweep_key(point, run)
 

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from attnbook import colab as _colab
-from attnbook.book import toc_chapters
+from attnbook.params import toc_chapters
 
 from .conftest import ROOT
 

@@ -224,30 +224,30 @@ run.write_summary()
 
 @pytest.fixture
 def dask_book(tmp_path, monkeypatch):
-    from attnbook import book
-
     root = tmp_path / "root"
     tiny_book(root, "99-dask", CHAPTER)
     point_book_at(root, monkeypatch)
-    return book
+    return root
 
 
 def test_chapter_sweeps_run_on_the_scheduler_given_on_the_command_line(client, dask_book, capsys):
-    book = dask_book
-    assert book.main(["run", "99-dask", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    from attnbook.cli import main
+    from attnbook.slots import slot_paths
+
+    assert main(["run", "99-dask", "--scheduler", "tcp://127.0.0.1:1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no Dask scheduler answers there" in err[0]
-    assert book.main(["run", "99-dask", "-p", "scheduler=nowhere"]) == 2
+    assert main(["run", "99-dask", "-p", "scheduler=nowhere"]) == 2
     assert "scheduler='nowhere' is not one of" in capsys.readouterr().err
     # "auto" is a chapter's own choice (chapter 3's default); a chapter without it refuses it
-    assert book.main(["run", "99-dask", "--scheduler", "auto"]) == 2
+    assert main(["run", "99-dask", "--scheduler", "auto"]) == 2
     assert "scheduler='auto' is not one of" in capsys.readouterr().err
 
-    assert book.main(["run", "99-dask", "--scheduler", client.scheduler.address]) == 0
-    summary = json.loads(book.slot_paths("99-dask", "99-dask")[1].read_text())
+    assert main(["run", "99-dask", "--scheduler", client.scheduler.address]) == 0
+    summary = json.loads(slot_paths("99-dask", "99-dask")[1].read_text())
     assert summary["total"] == sum(i * i for i in range(6))
     assert summary["in_kernel"] == 0  # every point ran on a worker, none in the chapter's kernel
     # the scheduler names no slot and is not in the cache key: a serial run finds the slot current
     capsys.readouterr()
-    assert book.main(["run", "99-dask"]) == 0
+    assert main(["run", "99-dask"]) == 0
     assert "unchanged" in capsys.readouterr().out

@@ -12,7 +12,9 @@ import pytest
 from bs4 import BeautifulSoup
 
 from attnbook import edition as _edition
-from attnbook.book import BUILD, build_site, toc_chapters
+from attnbook.layout import current
+from attnbook.params import toc_chapters
+from attnbook.site import build_site
 
 pytestmark = pytest.mark.book
 
@@ -49,7 +51,7 @@ def test_student_edition_has_every_exercise_and_no_solution(html_dir, student_ht
 
 
 def test_editions_have_their_own_folders(student_html, html_dir):
-    assert student_html == _edition.html_dir(BUILD, "student") != html_dir
+    assert student_html == _edition.html_dir(current().build, "student") != html_dir
     title = BeautifulSoup((student_html / "book" / "intro.html").read_text(), "html.parser").title.get_text()
     assert "student edition" in title
     with pytest.raises(Exception, match="edition"):

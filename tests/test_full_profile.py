@@ -12,7 +12,10 @@ import json
 import pandas as pd
 import pytest
 
-from attnbook import book
+from attnbook import layout
+from attnbook.execute import execute_chapter
+from attnbook.slots import slot_paths
+from attnlib import ParameterError
 
 TOY_CH3 = {
     "hist": {"n_sequences": 400, "epochs": 1, "retrain_epochs": 1, "batch": 64},
@@ -37,18 +40,17 @@ THEORY_TABLES = ("alpha-c", "alpha-l", "theory-grid")
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
     """Executed notebooks, execution records and the result store all under tmp_path."""
-    monkeypatch.setattr(book, "EXECUTED", tmp_path / "executed")
-    monkeypatch.setattr(book, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(book, "RECORDS", tmp_path / "cache" / "executions.json")
+    book = layout.Book(layout.current().root, executed=tmp_path / "executed", cache=tmp_path / "cache")
+    monkeypatch.setattr(layout, "BOOK", book)
     monkeypatch.setenv("ATTNLIB_RESULTS_DIR", str(tmp_path / "results"))
     return tmp_path
 
 
 def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": TOY_CH3}
-    record = book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
+    record = execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
     # a non-default run has its own output slot: the book's default one is never touched
-    summary_path = book.slot_paths("03-positional-semantic", record["slot"])[1]
+    summary_path = slot_paths("03-positional-semantic", record["slot"])[1]
     assert record["slot"] != "03-positional-semantic" and summary_path.exists()
     first = json.loads(summary_path.read_text())
     assert first["profile"] == "full"
@@ -84,7 +86,7 @@ def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
     assert (per_seed[0] != per_seed[1]).all()
 
     # a second run with the same parameters loads every table instead of recomputing it
-    book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
+    execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
     second = json.loads(summary_path.read_text())
     assert all(second["results_loaded_from_store"].values())
     assert second["alpha_c"] == first["alpha_c"]
@@ -92,8 +94,8 @@ def test_chapter3_full_profile_runs_stores_and_reloads(sandbox):
 
 def test_unknown_size_entry_is_refused_before_any_work(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": {"pd_dd": 16}}
-    with pytest.raises(book.ParameterError, match=r"sizes: unknown entries \['pd_dd'\]"):
-        book.execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
+    with pytest.raises(ParameterError, match=r"sizes: unknown entries \['pd_dd'\]"):
+        execute_chapter("03-positional-semantic", params, force=True, log=lambda *_: None)
 
 
 TOY_CH4 = {
@@ -109,8 +111,8 @@ TOY_CH4 = {
 
 def test_chapter4_full_profile_runs_stores_and_reloads(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": TOY_CH4}
-    record = book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
-    summary_path = book.slot_paths("04-attention-paths", record["slot"])[1]
+    record = execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    summary_path = slot_paths("04-attention-paths", record["slot"])[1]
     first = json.loads(summary_path.read_text())
     assert first["profile"] == "full"
     stored = first["stored_results"]  # table -> {"stored": loaded from the store, ...}
@@ -127,7 +129,7 @@ def test_chapter4_full_profile_runs_stores_and_reloads(sandbox):
     pruning = pd.read_csv(store / "glyphs-pruning.csv")
     assert len(pruning) == TOY_CH4["image_seeds"]
     # a second run with the same parameters loads every table instead of recomputing it
-    book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
     second = json.loads(summary_path.read_text())
     assert all(entry["stored"] for entry in second["stored_results"].values())
     assert second["images_gd_acc"] == first["images_gd_acc"]
@@ -135,8 +137,8 @@ def test_chapter4_full_profile_runs_stores_and_reloads(sandbox):
 
 def test_chapter4_unknown_or_bad_size_entry_is_refused_before_any_work(sandbox):
     params = {"profile": "full", "device": "cpu", "sizes": {"image_width": [10]}}
-    with pytest.raises(book.ParameterError, match=r"sizes: unknown entries \['image_width'\]"):
-        book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    with pytest.raises(ParameterError, match=r"sizes: unknown entries \['image_width'\]"):
+        execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
     params["sizes"] = {"images": {"gd_steps": 10, "gd_warmup": 600}}
-    with pytest.raises(book.ParameterError, match=r"sizes\['images'\]"):
-        book.execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)
+    with pytest.raises(ParameterError, match=r"sizes\['images'\]"):
+        execute_chapter("04-attention-paths", params, force=True, log=lambda *_: None)

@@ -1,7 +1,7 @@
 """Re-runs never lose work: atomic outputs, parameters checked first, slots, locks, stored results.
 
 Executions here use a tiny throwaway chapter in a temporary book tree (``$ATTNBOOK_ROOT`` for the
-command-line subprocesses, the module's path globals in-process), never the book's chapters.
+command-line subprocesses, the current book, :mod:`attnbook.layout`, in-process), never the book's chapters.
 """
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnbook import book
+from attnbook import execute
+from attnbook.cli import _cli_params, clean, main
+from attnbook.deps import chapter_modules
+from attnbook.execute import execute_chapter
+from attnbook.layout import _read_chapter
+from attnbook.params import COMMON, parameter_schema, toc_chapters
+from attnbook.slots import _WARNED, _prepare, is_current, key_inputs, slot_paths
+from attnlib import ParameterError
 
 from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
@@ -64,7 +71,7 @@ def _make_root(root: Path) -> Path:
 
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
-    """A book tree with one tiny chapter; ``attnbook.book`` pointed at it."""
+    """A book tree with one tiny chapter, made the current book of :mod:`attnbook`."""
     root = _make_root(tmp_path / "root")
     point_book_at(root, monkeypatch)
     for var in ("TINY_DELAY", "TINY_FAIL", "TINY_SWEEP", "TINY_STORE"):
@@ -73,24 +80,24 @@ def tiny(tmp_path, monkeypatch):
 
 
 def _outputs(root: Path, slot: str = "99-tiny") -> dict[str, bytes]:
-    notebook, summary = book.slot_paths("99-tiny", slot)
+    notebook, summary = slot_paths("99-tiny", slot)
     return {p.name: p.read_bytes() for p in (notebook, summary) if p.exists()}
 
 
 def _cli(root: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
     env = {**os.environ, "ATTNBOOK_ROOT": str(root), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "attnbook.book", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "attnbook", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 # ---- failures keep the last good output --------------------------------------------------------
 def test_failed_run_keeps_previous_outputs(tiny, monkeypatch, capsys):
-    assert book.main(["run", "99-tiny"]) == 0
+    assert main(["run", "99-tiny"]) == 0
     before = _outputs(tiny)
     assert set(before) == {"99-tiny.ipynb", "99-tiny.summary.json"}
     capsys.readouterr()
     monkeypatch.setenv("TINY_FAIL", "1")
-    assert book.main(["run", "99-tiny", "--force"]) == 1
+    assert main(["run", "99-tiny", "--force"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err  # one line: what failed, the log, what is kept
     assert "99-tiny failed in cell" in err[0] and "AssertionError: asked to fail" in err[0]
@@ -99,11 +106,11 @@ def test_failed_run_keeps_previous_outputs(tiny, monkeypatch, capsys):
     assert "asked to fail" in (tiny / "book" / "_cache" / "logs" / "99-tiny.log").read_text()
     assert not list((tiny / "book" / "_cache" / "work").iterdir())  # no partial left behind
     monkeypatch.delenv("TINY_FAIL")
-    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])  # still the good run
+    assert is_current("99-tiny", _prepare("99-tiny", {})[4])  # still the good run
 
 
 def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypatch):
-    book.execute_chapter("99-tiny", **QUIET)
+    execute_chapter("99-tiny", **QUIET)
     before = _outputs(tiny)
     proc = _cli(tiny, "run", "99-tiny", "--force", "-p", "n=40",
                 env={"TINY_DELAY": "0.5", "TINY_SWEEP": "slow"})
@@ -128,7 +135,7 @@ def test_interrupted_run_keeps_outputs_and_finished_sweep_points(tiny, monkeypat
     # the next run resumes from the finished points
     monkeypatch.setenv("TINY_SWEEP", "slow")
     lines_seen = []
-    book.execute_chapter("99-tiny", {"n": 40}, log=lines_seen.append)
+    execute_chapter("99-tiny", {"n": 40}, log=lines_seen.append)
     assert any(f"resuming after {saved} finished points" in line for line in lines_seen)
 
 
@@ -153,56 +160,56 @@ def test_sweep_resumes_after_a_line_cut_short(tmp_path):
 
 # ---- records and outputs on disk -------------------------------------------------------------
 def test_corrupt_records_are_reported_not_crashed(tiny, capsys):
-    book.execute_chapter("99-tiny", **QUIET)
+    execute_chapter("99-tiny", **QUIET)
     records = tiny / "book" / "_cache" / "executions.json"
     records.write_text(records.read_text()[:40])  # truncated mid-write
-    assert book.main(["list"]) == 0
+    assert main(["list"]) == 0
     captured = capsys.readouterr()
     warnings = captured.err.strip().splitlines()
     assert len(warnings) == 1 and "executions.json is unreadable" in warnings[0]
     assert "Traceback" not in captured.err and "needs execution: never executed" in captured.out
-    book._WARNED.clear()
-    book.execute_chapter("99-tiny", **QUIET)  # re-executes, sets the bad file aside
+    _WARNED.clear()
+    execute_chapter("99-tiny", **QUIET)  # re-executes, sets the bad file aside
     assert json.loads(records.read_text())["99-tiny"]["key"]
     assert list(records.parent.glob("executions.corrupt-*.json"))
 
 
 def test_truncated_notebook_is_not_current_and_list_says_why(tiny, capsys):
-    book.execute_chapter("99-tiny", **QUIET)
-    notebook, _ = book.slot_paths("99-tiny", "99-tiny")
+    execute_chapter("99-tiny", **QUIET)
+    notebook, _ = slot_paths("99-tiny", "99-tiny")
     notebook.write_bytes(notebook.read_bytes()[:200])
-    book.main(["list"])
+    main(["list"])
     assert "executed notebook unreadable or incomplete" in capsys.readouterr().out
     source = tiny / "chapters" / "99-tiny.md"
     source.write_text(source.read_text() + "\nOne more sentence.\n")
-    book.main(["list"])
+    main(["list"])
     assert "needs execution: chapters/99-tiny.md changed" in capsys.readouterr().out
 
 
 def test_non_default_run_has_its_own_slot(tiny, capsys):
-    book.execute_chapter("99-tiny", **QUIET)
+    execute_chapter("99-tiny", **QUIET)
     before = _outputs(tiny)
-    record = book.execute_chapter("99-tiny", {"seed": 1, "flag": True}, **QUIET)
+    record = execute_chapter("99-tiny", {"seed": 1, "flag": True}, **QUIET)
     assert record["slot"] == "99-tiny@flag=True,seed=1"
     assert _outputs(tiny) == before
     summary = json.loads(_outputs(tiny, record["slot"])["99-tiny.summary.json"])
     assert summary["seed"] == 1 and summary["flag"] is True
-    assert book.main(["list"]) == 0
+    assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "99-tiny " in out and "99-tiny@flag=True,seed=1" in out and out.count("current") == 2
 
 
 def test_clean_stale_prunes_old_checkpoints_only(tiny):
-    book.execute_chapter("99-tiny", **QUIET)
+    execute_chapter("99-tiny", **QUIET)
     sweeps = tiny / "book" / "_cache" / "sweeps" / "99-tiny"
     current = sorted(p.name for p in sweeps.glob("*.jsonl"))
     assert len(current) == 1 and current[0].startswith("squares.")
     (sweeps / "0123456789abcdef").mkdir()  # the former layout: a folder per chapter cache key
     (sweeps / "0123456789abcdef" / "old.jsonl").write_text("{}\n")
     (sweeps / "squares.fedcba9876543210.jsonl").write_text("{}\n")  # an older point function's
-    book.clean(stale=True, **QUIET)
+    clean(stale=True, **QUIET)
     assert sorted(p.name for p in sweeps.iterdir()) == sorted([*current, "params.json", "used.json"])
-    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+    assert is_current("99-tiny", _prepare("99-tiny", {})[4])
 
 
 # ---- what the cache key covers ------------------------------------------------------------------
@@ -218,13 +225,13 @@ def test_module_hash_ignores_comments_docstrings_and_formatting(tmp_path):
 
 def test_cache_key_follows_the_modules_a_chapter_imports(tiny):
     source = tiny / "chapters" / "99-tiny.md"
-    modules = book.chapter_modules("99-tiny")
+    modules = chapter_modules("99-tiny")
     # ab.start_chapter and ab.sweep are machinery: the science the chapter uses is attnlib itself
     assert modules == set()
     source.write_text(source.read_text().replace("import attnbook as ab", "import attnbook as ab\n"
                                                  "from attnlib import attention as at"))
-    assert "attnlib.attention" in book.chapter_modules("99-tiny")
-    inputs = book.key_inputs("99-tiny", {"profile": "quick", "device": "cpu", "seed": 0})
+    assert "attnlib.attention" in chapter_modules("99-tiny")
+    inputs = key_inputs("99-tiny", {"profile": "quick", "device": "cpu", "seed": 0})
     assert inputs["device"] == "cpu" and "attnlib/attention.py" in inputs["code"]
 
 
@@ -234,19 +241,19 @@ def test_cache_key_follows_the_chapters_stored_results(tiny, tmp_path, monkeypat
     (a full run) is current with the store it leaves."""
     store = tmp_path / "results"
     monkeypatch.setenv("ATTNLIB_RESULTS_DIR", str(store))
-    book.execute_chapter("99-tiny", **QUIET)
-    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+    execute_chapter("99-tiny", **QUIET)
+    assert is_current("99-tiny", _prepare("99-tiny", {})[4])
     (store / "99-tiny").mkdir(parents=True)
     (store / "99-tiny" / "t.csv").write_text("x\n1\n")
-    assert not book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
-    book.main(["list"])
+    assert not is_current("99-tiny", _prepare("99-tiny", {})[4])
+    main(["list"])
     assert "stored results changed (results/99-tiny/)" in capsys.readouterr().out
     (store / "99-tiny" / "t.csv").unlink()
-    assert book.is_current("99-tiny", book._prepare("99-tiny", {})[4])
+    assert is_current("99-tiny", _prepare("99-tiny", {})[4])
     monkeypatch.setenv("TINY_STORE", "1")
-    book.execute_chapter("99-tiny", {"seed": 2}, **QUIET)
+    execute_chapter("99-tiny", {"seed": 2}, **QUIET)
     assert (store / "99-tiny" / "t.csv").exists()
-    assert book.is_current("99-tiny", book._prepare("99-tiny", {"seed": 2})[4], slot="99-tiny@seed=2")
+    assert is_current("99-tiny", _prepare("99-tiny", {"seed": 2})[4], slot="99-tiny@seed=2")
 
 
 # ---- locks -------------------------------------------------------------------------------------
@@ -282,7 +289,7 @@ def _bad_values(schema: dict) -> list[tuple[str, str]]:
     bad = [("bogus", "1"), ("profile", "fast"), ("seed", "-1"), ("seed", "2**64"), ("seed", "1.5"),
            ("device", "tpu")]
     for name, p in schema.items():
-        if name in book.COMMON:
+        if name in COMMON:
             continue
         if isinstance(p.default, bool):
             bad.append((name, "maybe"))
@@ -294,8 +301,8 @@ def _bad_values(schema: dict) -> list[tuple[str, str]]:
 
 
 def _cases():
-    for chapter in book.toc_chapters():
-        schema = book.parameter_schema(book._read_chapter(chapter))
+    for chapter in toc_chapters():
+        schema = parameter_schema(_read_chapter(chapter))
         for name, raw in _bad_values(schema):
             yield chapter, f"{name}={raw}"
     yield "03-positional-semantic", "sizes={'pd_dd': 16}"
@@ -314,20 +321,20 @@ def test_every_parameter_is_refused_before_a_kernel_starts(chapter, pair, monkey
     def no_kernel(*args, **kwargs):
         raise AssertionError("a kernel was started")
 
-    monkeypatch.setattr(book, "_execute", no_kernel)
-    assert book.main(["run", chapter, "-p", pair]) == 2
+    monkeypatch.setattr(execute, "_execute", no_kernel)
+    assert main(["run", chapter, "-p", pair]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err
 
 
 def test_recompute_false_is_false():
-    parsed = book._cli_params(["03-positional-semantic"], ["recompute=false", "sizes={'pd_d': 16}"])
+    parsed = _cli_params(["03-positional-semantic"], ["recompute=false", "sizes={'pd_d': 16}"])
     assert parsed == {"recompute": False, "sizes": {"pd_d": 16}}
-    assert book._cli_params(["03-positional-semantic"], ["recompute=True"]) == {"recompute": True}
+    assert _cli_params(["03-positional-semantic"], ["recompute=True"]) == {"recompute": True}
 
 
 def test_usage_errors_exit_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "attnbook.book", "run"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "attnbook", "run"], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
@@ -364,7 +371,7 @@ def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
     cp.check_attention_paths({"sizes": {"images": {"gd_steps": 50, "gd_warmup": 5}, "draws": 2}})
     # checked against the profile that runs: 500 steps are fewer than the full profile's warm-up
     cp.check_attention_paths({"sizes": {"images": {"gd_steps": 500}}})
-    with pytest.raises(book.ParameterError, match=r"sizes\['images'\]: gd_warmup"):
+    with pytest.raises(ParameterError, match=r"sizes\['images'\]: gd_warmup"):
         cp.check_attention_paths({"profile": "full", "sizes": {"images": {"gd_steps": 500}}})
 
 
@@ -415,7 +422,7 @@ def test_stale_stored_result_is_loaded_with_a_note(tmp_path):
 
 
 def test_kernel_runs_without_the_tcp_warning(tiny, capfd):
-    book.execute_chapter("99-tiny", **QUIET)
+    execute_chapter("99-tiny", **QUIET)
     captured = capfd.readouterr()
     assert "without encryption" not in captured.out + captured.err
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from bs4 import BeautifulSoup
 
-from attnbook.book import toc_chapters
+from attnbook.params import toc_chapters
 
 pytestmark = pytest.mark.book
 

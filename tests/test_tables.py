@@ -193,11 +193,11 @@ def test_points_a_sweep_takes_from_an_earlier_checkpoint_are_counted_not_timed(t
 
 
 def _attnbook(*args, tmp_path, **env):
-    """``python -m attnbook.book ARGS`` with a result store and sweep folders in ``tmp_path``."""
+    """``python -m attnbook ARGS`` with a result store and sweep folders in ``tmp_path``."""
     env = {**os.environ, "ATTNLIB_RESULTS_DIR": str(tmp_path / "results"),
            "ATTNLIB_SWEEP_DIR": str(tmp_path / "sweeps"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **env}
-    return subprocess.run([sys.executable, "-m", "attnbook.book", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "attnbook", *args], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=300)
 
 
@@ -227,7 +227,7 @@ def test_slice_command_reports_the_differences_and_exits_1(monkeypatch, capsys):
     import argparse
 
     from attnbook import slices, tables_cli
-    from attnbook.book import main
+    from attnbook.cli import main
 
     seen = {}
 

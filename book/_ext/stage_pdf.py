@@ -1,6 +1,6 @@
 """Stage the book for ``make pdf`` in ``_build/pdf/src`` (apart from the site's ``_build/src``).
 
-The staging is the site's (:func:`attnbook.book.stage_site`: configuration, prose pages and the
+The staging is the site's (:func:`attnbook.site.stage_site`: configuration, prose pages and the
 executed chapters), and the staged ``_config.yml`` gets the LaTeX settings, which the HTML site
 never reads:
 
@@ -22,12 +22,15 @@ Run from the repository root: ``.venv/bin/python book/_ext/stage_pdf.py`` prints
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import yaml
 
-from attnbook import book
+from attnbook import layout
+from attnbook.params import toc_chapters
+from attnbook.site import stage_site
 
 LATEX = {"latex_engine": "xelatex", "use_jupyterbook_latex": False,
          "latex_documents": {"targetname": "book.tex"}}
@@ -82,8 +85,9 @@ def add_markdown_tables(notebook: Path) -> int:
 
 
 def stage():
-    book.BUILD = book.ROOT / "_build" / "pdf"
-    src = book.stage_site(book.toc_chapters())
+    here = layout.current()
+    layout.use(dataclasses.replace(here, build=here.root / "_build" / "pdf"))
+    src = stage_site(toc_chapters())
     config = src / "_config.yml"
     settings = yaml.safe_load(config.read_text())
     settings["latex"] = LATEX
