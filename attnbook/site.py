@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from . import edition as _edition
+from .claims import ClaimError, check_claims, claims_markdown
 from .layout import BuildError, _atomic_write, _rel, current
 from .slots import _load_records, slot_paths
 
@@ -85,11 +86,32 @@ def stage_site(chapters: list[str], slots: dict[str, str] | None = None,
         shutil.copy2(notebook, src / "chapters" / f"{chapter}.ipynb")
     _edition.stage(src, chapters, _load_records(report=False), slots, edition)
     _atomic_write(src / AUDIT, audit_markdown())
+    _atomic_write(src / CLAIMS, claims_page(chapters, slots))
     return src
 
 
 #: The audit of the result store, staged for the reproducibility page (relative to the staging tree).
 AUDIT = Path("book") / "_generated" / "results-audit.md"
+#: The table of every chapter's claims, staged for the Claims and evidence page.
+CLAIMS = Path("book") / "_generated" / "claims.md"
+
+
+def claims_page(chapters: list[str], slots: dict[str, str] | None = None) -> str:
+    """The Claims and evidence table from the chapters' summaries (:mod:`attnbook.claims`).
+
+    Every claim is checked again here: one whose figure value fails its criterion, whose held-out
+    value contradicts it or whose held-out seeds overlap the figure's stops the build
+    (:class:`BuildError`, one line naming the chapter and the claim)."""
+    slots = slots or {}
+    summaries = {}
+    for chapter in chapters:
+        with contextlib.suppress(OSError, ValueError):
+            summaries[chapter] = json.loads(slot_paths(chapter, slots.get(chapter, chapter))[1].read_text())
+    try:
+        check_claims(summaries)
+    except ClaimError as err:
+        raise BuildError(f"a claim is contradicted: {err}") from None
+    return claims_markdown(summaries)
 
 
 def audit_markdown(results_dir: str | Path | None = None) -> str:

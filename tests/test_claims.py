@@ -3,10 +3,13 @@ value and the disjointness of the held-out seeds; the claims page lists it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import attnbook as ab
 from attnbook import claims
+from attnbook.layout import BuildError
 
 
 @pytest.fixture
@@ -74,3 +77,40 @@ def test_a_claim_without_held_out_data_is_listed_as_unchecked(run):
     _claim(run, heldout=None, heldout_on=[0])  # e.g. a full page: no overlap check without a held-out run
     assert claims.unchecked({"09-x": run.records}) == ["09-x/ch9-err"]
     assert "not checked in this build" in claims.claims_markdown({"09-x": run.records})
+
+
+CLAIM_CHAPTER = '''
+import attnbook as ab
+
+run = ab.start_chapter("97-claim", profile=profile, device=device, seed=seed, quiet=True)
+ab.claim(run, "ch97-err", 0.1, statement="The error stays below 0.15.", criterion=("<", 0.15),
+         control="random starts", control_value=0.9, heldout=heldout, heldout_on=["d = 1000"],
+         figure_on=["d = 100"], heldout_what="the run at d = 1000")
+run.write_summary()
+'''
+
+
+def test_a_contradicting_held_out_value_fails_the_build(tmp_path, monkeypatch, capsys):
+    from attnbook import cli, site, slots
+
+    from .conftest import myst_chapter, point_book_at, tiny_book
+
+    params = 'profile = "quick"\ndevice = "cpu"\nseed = 0\nheldout = 0.12'
+    root = tiny_book(tmp_path / "root", "97-claim", myst_chapter("Claims", params, CLAIM_CHAPTER))
+    point_book_at(root, monkeypatch)
+    (root / "_config.yml").write_text("title: t\n")
+    (root / "book").mkdir()
+    assert cli.main(["run", "97-claim"]) == 0  # a supported claim: executed, staged, listed
+    src = site.stage_site(["97-claim"])
+    assert "The error stays below 0.15." in (src / site.CLAIMS).read_text()
+    # the kit fed a contradicting held-out value: the chapter fails, its last good output is kept
+    assert cli.main(["run", "97-claim", "-p", "heldout=0.3"]) == 1
+    err = capsys.readouterr().err
+    assert "contradicts the claim" in err and len(err.strip().splitlines()) == 1
+    # and a summary that contradicts its claim (edited, or written by older code) stops the site
+    summary = slots.slot_paths("97-claim", "97-claim")[1]
+    record = json.loads(summary.read_text())
+    record["claims"]["ch97-err"]["heldout"] = 0.3
+    summary.write_text(json.dumps(record))
+    with pytest.raises(BuildError, match="a claim is contradicted: 97-claim: claim ch97-err"):
+        site.stage_site(["97-claim"])
