@@ -186,7 +186,7 @@ def claims_markdown(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         claims = summary.get("claims") or {}
         if not claims:
             continue
-        rows += [f"### `{chapter}`", "",
+        rows += [f"## {{doc}}`/chapters/{chapter}`", "",
                  "| claim | value | control | held out | figure |",
                  "| --- | --- | --- | --- | --- |"]
         for _, r in sorted(claims.items()):

@@ -68,7 +68,7 @@ def test_the_site_check_catches_an_edited_summary(run):
 def test_the_claims_page_has_one_row_per_claim(run):
     _claim(run)
     text = claims.claims_markdown({"09-x": run.records, "10-y": {}})
-    assert "### `09-x`" in text and "`10-y`" not in text
+    assert "## {doc}`/chapters/09-x`" in text and "10-y" not in text
     assert "The error stays below 0.15." in text and "random starts: 0.9" in text
     assert "0.12 (seeds 3-5)" in text and "{numref}`fig-x`" in text and "below 0.15" in text
 
