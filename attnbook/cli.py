@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                               "_build/html; student: exercises without solutions, in _build/student/html")
     p_build.add_argument("--no-wait", action="store_true",
                          help="stop at once if another build of this checkout is running")
+    p_build.add_argument("-v", "--verbose", action="store_true",
+                         help="on failure print the failing cell's traceback or jupyter-book's output too")
     p_run = sub.add_parser("run", help="execute one chapter")
     p_run.add_argument("chapter")
     p_run.add_argument("-p", "--param", action="append", metavar="NAME=VALUE")

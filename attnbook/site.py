@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -154,7 +155,12 @@ def build_site(chapters: list[str], log=print, slots: dict[str, str] | None = No
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BuildError("the site build failed (jupyter-book output above)",
+        output = proc.stdout + proc.stderr
+        problems = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in output.splitlines()
+                    if "WARNING" in line or "ERROR" in line]
+        first = f": {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") \
+            if problems else ""
+        raise BuildError(f"the site build failed{first}; `attnbook build -v` prints jupyter-book's output",
                          "the site build failed:\n" + proc.stdout[-6000:] + proc.stderr[-6000:])
     staged = html.with_name("html.new")
     if staged.exists():
