@@ -195,11 +195,14 @@ class Run:
         """Glue each ``name: value`` of ``glued`` for the text (myst-nb ``glue``, not displayed)
         and add the keyword values to the summary (:meth:`record`): the bookkeeping of a result
         cell in one call. A value glued for the text that a test should assert on is also
-        recorded, under the summary key the test reads."""
+        recorded, under the summary key the test reads. NumPy and torch scalars are glued as
+        Python numbers (myst-nb's format specs do not apply to ``np.float64(...)``)."""
         if glued:
             from myst_nb import glue
 
             for name, value in glued.items():
+                if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+                    value = value.item()  # a NumPy or torch scalar: glued as the Python number
                 glue(name, value, display=False)
         self.record(**recorded)
 

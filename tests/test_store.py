@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -124,5 +125,6 @@ def test_publish_glues_for_the_text_and_records_for_the_summary(monkeypatch):
     monkeypatch.setattr(myst_nb, "glue",
                         lambda name, value, display=True: glued.update({name: (value, display)}))
     run = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
-    run.publish({"ch9-a": 1.5, "ch9-b": 2}, a_value=1.5)
-    assert glued == {"ch9-a": (1.5, False), "ch9-b": (2, False)} and run.records == {"a_value": 1.5}
+    run.publish({"ch9-a": 1.5, "ch9-b": 2, "ch9-c": np.float64(0.25)}, a_value=1.5)
+    assert glued == {"ch9-a": (1.5, False), "ch9-b": (2, False), "ch9-c": (0.25, False)}
+    assert type(glued["ch9-c"][0]) is float and run.records == {"a_value": 1.5}
