@@ -178,15 +178,17 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def claims_markdown(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    """The *Claims and evidence* table: per chapter, one row per claim (statement, value and
-    criterion, control, held-out result and what it was measured on, figure)."""
+def claims_markdown(summaries: Mapping[str, Mapping[str, Any]],
+                    titles: Mapping[str, str] | None = None) -> str:
+    """The *Claims and evidence* table: per chapter (headed by its title from ``titles``, else its
+    id), one row per claim (statement, value and criterion, control, held-out result and what it
+    was measured on, figure)."""
     rows = []
     for chapter, summary in summaries.items():
         claims = summary.get("claims") or {}
         if not claims:
             continue
-        rows += [f"## {{doc}}`/chapters/{chapter}`", "",
+        rows += [f"## {(titles or {}).get(chapter, chapter)}", "",
                  "| claim | value | control | held out | figure |",
                  "| --- | --- | --- | --- | --- |"]
         for _, r in sorted(claims.items()):

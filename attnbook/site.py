@@ -104,15 +104,21 @@ def claims_page(chapters: list[str], slots: dict[str, str] | None = None) -> str
     value contradicts it or whose held-out seeds overlap the figure's stops the build
     (:class:`BuildError`, one line naming the chapter and the claim)."""
     slots = slots or {}
-    summaries = {}
+    summaries, titles = {}, {}
     for chapter in chapters:
+        notebook, summary = slot_paths(chapter, slots.get(chapter, chapter))
         with contextlib.suppress(OSError, ValueError):
-            summaries[chapter] = json.loads(slot_paths(chapter, slots.get(chapter, chapter))[1].read_text())
+            summaries[chapter] = json.loads(summary.read_text())
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            cells = json.loads(notebook.read_text())["cells"]
+            heads = [line[2:].strip() for c in cells if c["cell_type"] == "markdown"
+                     for line in "".join(c["source"]).splitlines() if line.startswith("# ")]
+            titles[chapter] = heads[0]
     try:
         check_claims(summaries)
     except ClaimError as err:
         raise BuildError(f"a claim is contradicted: {err}") from None
-    return claims_markdown(summaries)
+    return claims_markdown(summaries, titles)
 
 
 def audit_markdown(results_dir: str | Path | None = None) -> str:
