@@ -42,7 +42,7 @@ test: book
 ## every chapter notebook (chapters/*.ipynb) executed in a fresh venv from attnlib's wheel, the way
 ## Colab runs it (the whole quick profile of each chapter; `make test` runs chapter 0 only)
 test-colab: $(STAMP)
-	ATTNBOOK_TEST_COLAB=all $(BIN)/python -m pytest tests/test_colab.py
+	ATTNBOOK_TEST_COLAB=all $(BIN)/python -m pytest tests/site/test_colab.py
 
 ## the book as a PDF through Jupyter Book's LaTeX builder (XeLaTeX): needs TeX Live, e.g. on Debian
 ## `apt-get install texlive-xetex texlive-latex-extra texlive-fonts-recommended latexmk fonts-freefont-otf`;

@@ -7,7 +7,7 @@ changes without changing a number, the records must follow, or every stored tabl
 checking that each record was current before the change; it notes itself in the record
 (``migrations``: name, date, the commit it started from, the entries removed and changed) and
 reseals it. What makes a migration acceptable is not this code but the stored-slice test
-(``tests/test_stored_slices.py``), which recomputes a slice of every migrated table with the
+(``tests/book/test_stored_slices.py``), which recomputes a slice of every migrated table with the
 current code and compares it with the stored rows.
 
 ``machinery-split`` (2026-12-05). The book's machinery (``book.py``, ``_runtime.py``,

@@ -5,7 +5,7 @@ A table in the result store (``results/<chapter>/<name>.csv``) was produced by t
 cheapest ones, or a nested part of one) with the chapter's own current code, planned as
 ``attnbook store`` plans the table (:func:`attnbook.tables.plan_tables`), without loading or
 writing the table; :func:`compare_slice` compares them with the stored rows, value by value;
-:func:`check_slice` does both. ``tests/test_stored_slices.py`` runs it for every stored table, and
+:func:`check_slice` does both. ``tests/book/test_stored_slices.py`` runs it for every stored table, and
 ``attnbook slice CHAPTER TABLE`` for one (:mod:`attnbook.tables_cli`).
 """
 

@@ -21,7 +21,7 @@ import pytest
 from attnbook import tables as tb
 from attnbook.tables import ResumeError, TableError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CH3 = "03-positional-semantic"
 
@@ -177,7 +177,7 @@ def test_a_partial_table_is_finished_from_its_stored_points(tmp_path):
 def test_points_a_sweep_takes_from_an_earlier_checkpoint_are_counted_not_timed(tmp_path):
     """A table whose sweep finds points in its checkpoint (a stopped run's, or one whose table was
     moved aside) takes them from there: ``store`` counts them (the cost table then shows the
-    measured time as a lower bound, tests/test_full_cost.py)."""
+    measured time as a lower bound, tests/machinery/test_full_cost.py)."""
     from types import SimpleNamespace
 
     from attnbook.sweeps import sweep

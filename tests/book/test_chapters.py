@@ -9,7 +9,7 @@ import pytest
 
 from attnbook.params import toc_chapters
 
-from .conftest import EXECUTED
+from ..conftest import EXECUTED
 
 pytestmark = pytest.mark.book
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import EXECUTED, _need
+from ..conftest import EXECUTED, _need
 
 pytestmark = pytest.mark.book
 

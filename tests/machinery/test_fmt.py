@@ -10,7 +10,7 @@ import pytest
 
 from attnbook.fmt import fmt_sci, sci_parts, sci_range, sci_segments, sci_text
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 
 @pytest.mark.parametrize(("x", "digits", "text", "latex"), [

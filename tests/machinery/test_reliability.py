@@ -26,7 +26,7 @@ from attnbook.params import COMMON, parameter_schema, toc_chapters
 from attnbook.slots import _WARNED, _prepare, is_current, key_inputs, slot_paths
 from attnlib import ParameterError
 
-from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
+from ..conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
 TINY = myst_chapter("Tiny", """
 profile = "quick"  # "quick" or "full"

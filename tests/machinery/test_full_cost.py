@@ -1,6 +1,6 @@
 """`benchmarks/full_cost.py`: the cost probes' arithmetic and the cost report's measured column.
 
-The tables themselves are stored by ``attnbook store`` (tests/test_tables.py), which writes the
+The tables themselves are stored by ``attnbook store`` (tests/machinery/test_tables.py), which writes the
 CPU seconds each took to ``benchmarks/results/full_runs.json``; the report reads them.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("full_cost", ROOT / "benchmarks" / "full_cost.py")
 fc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fc)
@@ -19,7 +19,7 @@ _spec.loader.exec_module(fc)
 
 def test_points_an_earlier_checkpoint_gave_make_the_measured_time_a_lower_bound():
     """A table whose sweep took points from an earlier run's checkpoint (``store`` counts them,
-    tests/test_tables.py) shows its measured time as a lower bound, not as the table's cost."""
+    tests/machinery/test_tables.py) shows its measured time as a lower bound, not as the table's cost."""
     row = dict(chapter="04", table="two-path (theory)")
     timed = {"cpu_s": 13.8, "how": "store"}
     assert fc.measured_cells(row, {"04-attention-paths": {"two-path": timed}}) == fc._fmt_s(13.8)

@@ -9,7 +9,7 @@ import yaml
 
 from attnbook import colab as _colab
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 
 def _sitefixes():

@@ -19,7 +19,7 @@ from attnbook import checkpoints as ck
 from attnbook import cli, deps, layout, slots
 from attnbook.sweeps import point_key, read_checkpoint
 
-from .conftest import myst_chapter, point_book_at, tiny_book
+from ..conftest import myst_chapter, point_book_at, tiny_book
 
 CHAPTER = myst_chapter("Checkpoints", """
 profile = "quick"

@@ -93,7 +93,7 @@ run.write_summary()
 def test_a_contradicting_held_out_value_fails_the_build(tmp_path, monkeypatch, capsys):
     from attnbook import cli, site, slots
 
-    from .conftest import myst_chapter, point_book_at, tiny_book
+    from ..conftest import myst_chapter, point_book_at, tiny_book
 
     params = 'profile = "quick"\ndevice = "cpu"\nseed = 0\nheldout = 0.12'
     root = tiny_book(tmp_path / "root", "97-claim", myst_chapter("Claims", params, CLAIM_CHAPTER))

@@ -23,7 +23,7 @@ import pytest
 import attnbook as ab
 from attnbook import sweeps as _sweep
 
-from .conftest import ROOT, myst_chapter, point_book_at, tiny_book
+from ..conftest import ROOT, myst_chapter, point_book_at, tiny_book
 
 pytest.importorskip("distributed")
 
@@ -157,7 +157,7 @@ def test_failed_points_are_retried_then_reported_by_name(client, tmp_path):
 DRIVER = """\
 import functools, sys
 import attnbook as ab
-from tests.test_distributed import counted_square
+from tests.machinery.test_distributed import counted_square
 fn = functools.partial(counted_square, calls=sys.argv[3], delay=0.5)
 ab.sweep(fn, [{"i": i} for i in range(20)], "resume", path=sys.argv[2], scheduler=sys.argv[1])
 """

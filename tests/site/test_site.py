@@ -42,7 +42,7 @@ def test_page_present_with_local_mathjax_and_no_errors(html_dir, page):
     assert not main.select(".output.error, .output.traceback, .ansi-red-fg, .output.stderr")
     assert "papermill-error-cell" not in str(main)
     # no path of the build machine (a printed Path, the checkout, a temporary folder)
-    from .conftest import ROOT
+    from ..conftest import ROOT
 
     html = str(main)
     for leak in ("PosixPath(", str(ROOT), "/tmp/"):

@@ -24,7 +24,7 @@ import pytest
 from attnbook.slices import check_slice, compare_slice
 from attnbook.tables import plan_tables
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 STORED = sorted(p.relative_to(ROOT / "results").with_suffix("").as_posix()
                 for p in (ROOT / "results").glob("*/*.csv"))
@@ -117,7 +117,7 @@ SLICES: dict[str, dict] = {
 @pytest.mark.parametrize("table", STORED)
 def test_stored_table_matches_a_recomputed_slice(table, tmp_path):
     assert table in SLICES, (f"results/{table}.csv has no slice to recompute: add an entry to "
-                             "SLICES in tests/test_stored_slices.py")
+                             "SLICES in tests/book/test_stored_slices.py")
     spec = dict(SLICES[table])
     heavy = spec.pop("heavy", None)
     if heavy and os.environ.get("ATTNBOOK_SLICES") != "all":

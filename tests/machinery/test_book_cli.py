@@ -15,7 +15,7 @@ from attnbook.params import default_parameters, parse_parameters, toc_chapters, 
 from attnbook.slots import cache_key
 from attnlib._validation import ParameterError
 
-from .conftest import ROOT, myst_chapter
+from ..conftest import ROOT, myst_chapter
 
 
 def test_parse_parameters():

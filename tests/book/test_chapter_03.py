@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from .conftest import EXECUTED, _need
+from ..conftest import EXECUTED, _need
 
 pytestmark = pytest.mark.book
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("attnlib", "attnbook")
 #: what only the book's machinery may use: building, executing, storing, plotting
 MACHINERY_IMPORTS = ("attnbook", "papermill", "jupyter_book", "myst_nb", "nbformat", "nbclient",

@@ -25,7 +25,7 @@ import pytest
 from attnbook import colab as _colab
 from attnbook.params import toc_chapters
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 #: Chapters executed in every test run (cheap); the others need ATTNBOOK_TEST_COLAB=all.
 DEFAULT = ("00-attention",)

@@ -1,0 +1,2 @@
+"""Machinery: attnbook (runs, parameters, sweeps and checkpoints, the store, claims, the CLI),
+on tiny books."""

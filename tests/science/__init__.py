@@ -1,0 +1,2 @@
+"""Science: attnlib against closed forms, limits, Monte Carlo and reference implementations
+(no book needed)."""
