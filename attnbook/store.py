@@ -359,14 +359,17 @@ def stored_sweep(run: Run, name: str, fn: Callable[..., Any], points: list[Mappi
     it in ``results/`` and loads it when stored with the same key).
 
     The key is ``params`` when given, else the points (without a ``device`` entry: a table is the
-    same on any device) and the run's seed.
+    same on any device) and the run's seed. It calls ``attnbook.sweep`` and
+    ``attnbook.stored_or_compute`` by their package names, so that ``attnbook store`` and
+    ``attnbook slice``, which wrap those two to cut a table to chosen points, see it too.
     """
-    from .sweeps import sweep
+    import attnbook  # the package's names, looked up now: `attnbook store` and `slice` wrap them
 
     if params is None:
         params = dict(points=[{k: v for k, v in p.items() if k != "device"} for p in points], seed=run.seed)
-    return stored_or_compute(run, name, lambda: sweep(fn, points, name=name, run=run, scheduler=scheduler),
-                             params=params, recompute=recompute)
+    return attnbook.stored_or_compute(
+        run, name, lambda: attnbook.sweep(fn, points, name=name, run=run, scheduler=scheduler),
+        params=params, recompute=recompute)
 
 
 def audit(results_dir: str | Path | None = None) -> list[dict]:

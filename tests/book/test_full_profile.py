@@ -33,7 +33,8 @@ TOY_CH3 = {
     "seed_block": 1,  # the GD tables' seeds in blocks of one: two blocks of draws per table
 }
 
-#: chapter 3's theory tables (benchmarks/store_dotattn_theory.py stores them on their own)
+#: chapter 3's theory tables (`attnbook store 03-positional-semantic alpha-c alpha-l theory-grid
+#: --defs theory_table` stores them on their own)
 THEORY_TABLES = ("alpha-c", "alpha-l", "theory-grid")
 
 

@@ -36,6 +36,9 @@ STORED = sorted(p.relative_to(ROOT / "results").with_suffix("").as_posix()
 # how a solve went, not what it found: iterations, residuals, which start won, error estimates
 SOLVER_DIAGNOSTICS = ("n_iter", "residual", "retried", "start", "quad_err_alpha",
                       "quad_err_from_previous_rule")
+# chapter 3 stores its theory tables with this call (in the cells that use them)
+STORE03 = ("ab.stored_or_compute(run, '{0}', lambda: theory_table('{0}'), "
+           "dict(THEORY_KEYS['{0}'], seed=run.seed))")
 THEORY03 = dict(idx=[14], defs=("theory_table",),  # omega = 0.3, the chapter's main slice
                 cmp=dict(ignore=SOLVER_DIAGNOSTICS, rtol=1e-4, atol=1e-9))
 # Training and sampling amplify floating-point rounding: recomputed later (on another CPU, with
@@ -88,11 +91,11 @@ SLICES: dict[str, dict] = {
                                       "tau_B = math.log((1 - eta) / eta)"),
     "02-provable-mha/ablation": dict(),
     "02-provable-mha/hard": dict(cmp=CHAOTIC["hard"], heavy="over 4 CPU minutes (Adam training)"),
-    "03-positional-semantic/theory-grid": dict(THEORY03, call="theory_cached('theory-grid')",
+    "03-positional-semantic/theory-grid": dict(THEORY03, call=STORE03.format("theory-grid"),
                                                cmp=dict(THEORY03["cmp"], on=("omega", "alpha", "branch"))),
-    "03-positional-semantic/alpha-c": dict(THEORY03, call="theory_cached('alpha-c')",
+    "03-positional-semantic/alpha-c": dict(THEORY03, call=STORE03.format("alpha-c"),
                                            cmp=dict(THEORY03["cmp"], on=("omega", "table"))),
-    "03-positional-semantic/alpha-l": dict(THEORY03, call="theory_cached('alpha-l')",
+    "03-positional-semantic/alpha-l": dict(THEORY03, call=STORE03.format("alpha-l"),
                                            cmp=dict(THEORY03["cmp"], on=("omega", "table"))),
     "03-positional-semantic/gd-scaling": dict(defs=("sim_point",)),
     # alpha = 0.01, the first block of seeds, every omega: the cheapest point of the d = 1000 grid

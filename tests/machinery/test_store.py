@@ -128,3 +128,15 @@ def test_publish_glues_for_the_text_and_records_for_the_summary(monkeypatch):
     run.publish({"ch9-a": 1.5, "ch9-b": 2, "ch9-c": np.float64(0.25)}, a_value=1.5)
     assert glued == {"ch9-a": (1.5, False), "ch9-b": (2, False), "ch9-c": (0.25, False)}
     assert type(glued["ch9-c"][0]) is float and run.records == {"a_value": 1.5}
+
+
+def test_stored_sweep_goes_through_the_package_names(monkeypatch):
+    # attnbook store / slice cut a table to chosen points by wrapping ab.sweep and
+    # ab.stored_or_compute: a table made by ab.stored_sweep must go through both
+    seen = {}
+    monkeypatch.setattr(ab, "sweep", lambda fn, points, **kw: seen.setdefault("swept", pd.DataFrame(points)))
+    monkeypatch.setattr(ab, "stored_or_compute", lambda run, name, compute, params, recompute=False:
+                        seen.setdefault("stored", compute()))
+    run = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
+    df = ab.stored_sweep(run, "t", lambda i: {"v": i}, [{"i": 1}, {"i": 2}])
+    assert df is seen["stored"] is seen["swept"] and df.i.tolist() == [1, 2]
