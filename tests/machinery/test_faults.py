@@ -1,0 +1,78 @@
+"""Fault injection, second pass: a clean during a run, a missing audit folder, usage errors,
+comments in the pins, impossible schedulers, deleted provenance. Each failure is one line with
+the right exit status, and the last good output survives."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import attnbook as ab
+from attnbook import slots
+from attnbook.cli import main
+
+from .test_reliability import _cli, _outputs, tiny  # noqa: F401  (the tiny book fixture)
+
+
+def _wait_for(predicate, timeout=180.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline and not predicate():
+        time.sleep(0.2)
+    assert predicate(), "timed out"
+
+
+def test_clean_refuses_while_a_slot_executes_and_list_says_so(tiny, tmp_path, capsys):  # noqa: F811
+    assert main(["run", "99-tiny"]) == 0
+    before = _outputs(tiny)
+    gate = tmp_path / "gate"
+    running = _cli(tiny, "run", "99-tiny", "--force", env={"TINY_GATE": str(gate)})
+    lock = tiny / "book" / "_cache" / "locks" / "slot-99-tiny.lock"
+    _wait_for(lambda: lock.exists() and lock.read_text().strip())
+    capsys.readouterr()
+    assert main(["list"]) == 0
+    assert "99-tiny" in capsys.readouterr().out.split("executing now")[0]
+    assert main(["clean"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "99-tiny is being executed" in err
+    assert _outputs(tiny) == before  # nothing of the running slot was removed
+    gate.touch()
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 0, err
+    assert main(["clean"]) == 0  # once the run is over, clean goes ahead
+    assert _outputs(tiny) == {}
+
+
+def test_audit_of_a_missing_folder_fails_in_one_line(tmp_path, capsys):
+    assert main(["audit", "--results", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nowhere is not a folder" in err
+
+
+@pytest.mark.parametrize(("args", "hint"), [(["--bogus"], "`attnbook --help`"),
+                                            (["run"], "`attnbook run --help`"),
+                                            (["run", "99-tiny", "--bogus"], "`attnbook --help`")])
+def test_usage_errors_name_the_right_help(args, hint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert hint in err[-1] and "attnbook attnbook" not in err[-1]
+
+
+def test_comments_and_blank_lines_in_the_pins_change_no_cache_key(tiny):  # noqa: F811
+    pins = tiny / "constraints.txt"
+    pins.write_text("numpy==2.0.0\ntorch==2.13.0\n")
+    key = slots._pins_hash()
+    pins.write_text("# the exact pins\n\nnumpy==2.0.0   # arrays\n  torch==2.13.0\n\n")
+    assert slots._pins_hash() == key
+    pins.write_text("numpy==2.0.1\ntorch==2.13.0\n")
+    assert slots._pins_hash() != key
+
+
+@pytest.mark.parametrize("scheduler", ["local:99999999999", "local:0"])
+def test_a_local_cluster_is_bounded_by_the_cores(scheduler):
+    from attnbook.sweeps import check_scheduler
+
+    with pytest.raises(ab.ParameterError, match="takes 1 to .* workers on this machine"):
+        check_scheduler(scheduler)
