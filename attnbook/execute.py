@@ -265,6 +265,10 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
 
     executed = nbformat.read(partial, as_version=4)
     _tag_parameter_cells(executed)
+    # papermill records the temporary work folder (with this process's id): the published notebook
+    # names the chapter's source and its slot instead, the same on every machine
+    pm = executed.metadata.get("papermill", {})
+    pm.update(input_path=f"chapters/{chapter}.md", output_path=_rel(notebook))
     device = resolve_device(merged.get("device", "auto"))
     # a full run stores the tables it computed: its outputs are current with the store as it left it
     inputs = dict(inputs, results=results_hash(chapter))

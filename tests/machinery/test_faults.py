@@ -76,3 +76,14 @@ def test_a_local_cluster_is_bounded_by_the_cores(scheduler):
 
     with pytest.raises(ab.ParameterError, match="takes 1 to .* workers on this machine"):
         check_scheduler(scheduler)
+
+
+def test_executed_notebooks_hold_no_machine_paths(tiny):  # noqa: F811
+    import json
+
+    assert main(["run", "99-tiny"]) == 0
+    notebook = slots.slot_paths("99-tiny", "99-tiny")[0]
+    text = notebook.read_text()
+    assert str(tiny) not in text and "_cache/work" not in text
+    pm = json.loads(text)["metadata"]["papermill"]
+    assert pm["input_path"] == "chapters/99-tiny.md" and pm["output_path"] == "book/chapters/99-tiny.ipynb"
