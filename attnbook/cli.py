@@ -192,6 +192,12 @@ def clean(stale: bool = False, log=print) -> None:
             shutil.rmtree(work, ignore_errors=True)
             removed += 1
             log(f"removed {_rel(work)}")
+    for tmp in sorted(cache.rglob(".*.tmp")) if cache.exists() else []:  # a write cut short (a full disk)
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+            log(f"removed {_rel(tmp)}")
     for old in sorted(cache.glob("*.partial.ipynb")) + sorted(cache.glob("*.input.ipynb")) \
             + sorted(cache.glob("*.progress.log")):
         old.unlink()
@@ -300,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     except ParameterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, a folder without write permission: one line, not a traceback
+        where = f" ({_rel(Path(err.filename))})" if getattr(err, "filename", None) else ""
+        print(f"error: {err.strerror or err}{where}; the last good output is kept "
+              "(free space or fix the permission and run again)", file=sys.stderr)
+        return 1
     except Interrupted as err:
         print(f"interrupted: {err}", file=sys.stderr)
         return 130

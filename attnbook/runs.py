@@ -231,9 +231,9 @@ class Run:
             torch_version=torch.__version__,
         )
         path = directory / f"{self.chapter}.summary.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)  # atomic: a reader sees the old summary or the whole new one
+        from .layout import _atomic_write
+
+        _atomic_write(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")  # whole or not at all
 
 
 def _version() -> str:

@@ -87,3 +87,56 @@ def test_executed_notebooks_hold_no_machine_paths(tiny):  # noqa: F811
     assert str(tiny) not in text and "_cache/work" not in text
     pm = json.loads(text)["metadata"]["papermill"]
     assert pm["input_path"] == "chapters/99-tiny.md" and pm["output_path"] == "book/chapters/99-tiny.ipynb"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (root only; skipped where the machine does not allow mounting one)."""
+    import subprocess
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip() or 'mount failed'})")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.mark.parametrize("free_kib", [0, 24])
+def test_a_full_disk_is_one_line_and_keeps_the_last_good_output(tiny, small_disk, monkeypatch, capsys,  # noqa: F811
+                                                                 free_kib):
+    import dataclasses
+
+    from attnbook import layout
+
+    assert main(["run", "99-tiny"]) == 0
+    before = _outputs(tiny)
+    # the cache (work folder, logs, checkpoints, records) on a disk with free_kib KiB left
+    monkeypatch.setattr(layout, "BOOK", dataclasses.replace(layout.current(), cache=small_disk / "cache"))
+    filler = small_disk / "filler"
+    with open(filler, "wb") as fh:
+        try:
+            fh.write(b"\0" * (256 * 1024 - free_kib * 1024))
+        except OSError:
+            pass
+    capsys.readouterr()
+    assert main(["run", "99-tiny", "--force"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "No space left on device" in err, err
+    assert _outputs(tiny) == before  # nothing published
+    leftovers = [p for p in (small_disk / "cache").rglob("*.tmp")] if (small_disk / "cache").exists() else []
+    assert leftovers == []
+
+
+def test_clean_stale_removes_temporary_files_of_ended_writes(tiny, capsys):  # noqa: F811
+    assert main(["run", "99-tiny"]) == 0
+    cache = tiny / "book" / "_cache"
+    dead = cache / "sweeps" / "99-tiny" / ".squares.abc.jsonl.999999999.tmp"  # no such process
+    dead.write_bytes(b"")
+    live = cache / f".executions.json.{__import__('os').getpid()}.tmp"  # this process: still writing
+    live.write_bytes(b"")
+    assert main(["clean", "--stale"]) == 0
+    assert not dead.exists() and live.exists()
+    assert _outputs(tiny)  # the outputs stay
