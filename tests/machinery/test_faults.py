@@ -140,3 +140,27 @@ def test_clean_stale_removes_temporary_files_of_ended_writes(tiny, capsys):  # n
     assert main(["clean", "--stale"]) == 0
     assert not dead.exists() and live.exists()
     assert _outputs(tiny)  # the outputs stay
+
+
+def test_the_scripted_probe_passes():
+    """tests/probe_reliability.py: an edited checkpoint line, a deleted provenance record, clean
+    during a run and an impossible size, on a copy of chapter 0 (about 30 s)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).resolve().parents[1] / "probe_reliability.py"
+    proc = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok ") == 4
+
+
+@pytest.mark.parametrize(("sizes", "message"), [
+    ({"hist": {"n_sequences": 10**13}}, r"needs at least .* TB of memory; this machine has"),
+    ({"seed_block": "x"}, r"sizes\['seed_block'\]='x' must be an integer"),
+])
+def test_impossible_or_mistyped_sizes_are_refused_before_a_kernel(sizes, message):
+    from attnbook import chapter_params as cp
+
+    with pytest.raises(ab.ParameterError, match=message):
+        cp.check_positional_semantic({"sizes": sizes})
