@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import replace
+import os
+from dataclasses import asdict, is_dataclass, replace
 
 from attnlib._validation import ParameterError, check_bool, check_float, check_int
 
@@ -55,6 +56,8 @@ def _kind(node: ast.AST) -> tuple[str, str | None]:
         return ("config", name) if name.endswith("Config") else ("numbers", None)
     if isinstance(node, ast.Constant):
         value = node.value
+        if value is None:
+            return "none", None
         if isinstance(value, bool):
             return "bool", None
         if isinstance(value, int):
@@ -71,6 +74,18 @@ def _kind(node: ast.AST) -> tuple[str, str | None]:
     if isinstance(node, ast.ListComp):
         return "numbers", None
     return "any", None
+
+
+def _merge_kinds(seen: tuple[str, str | None] | None, new: tuple[str, str | None]):
+    """The kind of an entry written in several profiles: the most specific one, optional (``int?``)
+    when one profile writes ``None`` (e.g. ``seed_block=None`` in one profile, ``2`` in another)."""
+    if seen is None:
+        return new
+    optional = "none" in (seen[0], new[0]) or seen[0].endswith("?") or new[0].endswith("?")
+    kinds = [k for k in (seen, new) if k[0] not in ("none", "any")]
+    kind, config = kinds[0] if kinds else (seen if seen[0] != "none" else new)
+    kind = kind.rstrip("?")
+    return (kind + "?" if optional and kind not in ("none", "any") else kind), config
 
 
 def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tuple[str, str | None]]:
@@ -96,9 +111,48 @@ def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tupl
                     if isinstance(profile, ast.Call):
                         for kw in profile.keywords:
                             if kw.arg is not None:
-                                schema.setdefault(kw.arg, _kind(kw.value))
-                return schema
+                                schema[kw.arg] = _merge_kinds(schema.get(kw.arg), _kind(kw.value))
+                return {k: ("any", None) if v[0] == "none" else v for k, v in schema.items()}
     raise ParameterError(f"the chapter defines no {variable} literal to check 'sizes' against")
+
+
+#: Arrays a config's sizes imply, by config class: tuples of its integer fields whose product is
+#: the length of one array the experiment holds in memory (8 bytes an entry). Any integer size is
+#: at least a vector of that length, so every config gets that floor too.
+ARRAYS = {"HistogramConfig": [("n_sequences", "length"), ("n_sequences", "length", "dim")]}
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:,.0f} {unit}"
+    return f"{n:,.0f} bytes"
+
+
+def check_memory(name: str, value) -> None:
+    """Refuse, in one line with the estimate, sizes whose arrays cannot fit in this machine's
+    memory (a floor: 8 bytes an entry of the largest array they imply, before any computation)."""
+    if is_dataclass(value):
+        fields = {k: v for k, v in asdict(value).items() if isinstance(v, int) and not isinstance(v, bool)}
+        shapes = [(k,) for k in fields] + [s for s in ARRAYS.get(type(value).__name__, [])
+                                           if all(k in fields for k in s)]
+        need, shape = max(((8 * math.prod(fields[k] for k in s), s) for s in shapes), default=(0, ()))
+        what = " x ".join(f"{k} = {fields[k]:,}" for k in shape)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        need, what = 8 * value, f"{value:,} entries"
+    else:
+        return
+    have = _memory_bytes()
+    if need > have:
+        raise ParameterError(f"{name}: an array of {what} needs at least {_bytes(need)} of memory; this "
+                             f"machine has {_bytes(have)}")
 
 
 def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profile: str = "quick") -> None:
@@ -111,6 +165,10 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
         raise ParameterError(f"sizes: unknown entries {unknown}; known: {sorted(schema)}")
     for key, value in sizes.items():
         (kind, config), name = schema[key], f"sizes[{key!r}]"
+        if kind.endswith("?"):  # an entry some profile sets to None
+            if value is None:
+                continue
+            kind = kind[:-1]
         if kind in ("config", "profile"):
             if kind == "config":
                 base = getattr(configs, config)()
@@ -120,15 +178,17 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
             if not isinstance(value, dict):
                 raise ParameterError(f"{name}={value!r} must be a dict of {type(base).__name__} fields")
             try:
-                replace(base, **value)
+                config_value = replace(base, **value)
             except TypeError as err:
                 raise ParameterError(f"{name}: {err}") from None
             except ValueError as err:
                 raise ParameterError(f"{name}: {str(err).splitlines()[0]}") from None
+            check_memory(name, config_value)
         elif kind == "bool":
             check_bool(name, value)
         elif kind == "int":
             check_int(name, value, minimum=1)
+            check_memory(name, value)
         elif kind == "float":
             check_float(name, value, minimum=0.0, strict=True)
         elif kind == "tuples":

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import dis
 import functools
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,8 @@ import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from .layout import _atomic_write, _sha
 
 __all__ = ["point_key", "checkpoint_line", "read_checkpoint", "checkpoint_path", "sweep_key",
            "begin_execution", "end_execution", "resumable", "saved_points", "stale_paths"]
@@ -46,10 +47,6 @@ def point_key(point: Mapping[str, Any]) -> str:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _line_sha(key: str, point: dict, rows: list) -> str:
@@ -94,15 +91,6 @@ def _scan(path: Path) -> tuple[dict[str, list[dict]], list[bytes], list[bytes]]:
             (bad if checked is None else good).append(raw)
             done.update([checked] if checked else [])
     return done, good, bad
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def read_checkpoint(path: str | Path) -> dict[str, list[dict]]:

@@ -103,7 +103,8 @@ def build(params: dict | None = None, force: bool = False, site: bool = True, lo
 
 
 def list_slots(log=print) -> list[dict]:
-    """Every output slot (the book's default ones and every other recorded run) with its state."""
+    """Every output slot (the book's default ones and every other recorded run) with its state;
+    a slot being executed now says so."""
     records = _load_records()
     rows = []
     toc = toc_chapters()
@@ -128,6 +129,8 @@ def list_slots(log=print) -> list[dict]:
         except (ParameterError, BuildError, OSError, SyntaxError) as err:
             reasons = [f"cannot check: {str(err).splitlines()[0]}"]
         state = "current" if not reasons else "needs execution: " + "; ".join(reasons)
+        if _busy(slot):
+            state = "executing now; " + state
         points = _saved_points(cache / "sweeps" / slot) if reasons else 0
         if points:
             state += f" ({points} finished sweep points saved)"
@@ -146,6 +149,13 @@ def _busy(slot: str) -> bool:
         return True
 
 
+def _executing() -> list[str]:
+    """The slots being executed now (their lock is held by another process)."""
+    locks = current().cache / "locks"
+    names = sorted(p.stem[len("slot-"):] for p in locks.glob("slot-*.lock")) if locks.exists() else []
+    return [slot for slot in names if _busy(slot)]
+
+
 def clean(stale: bool = False, log=print) -> None:
     """Remove the executed chapters, caches and the site; with ``stale`` only what no run needs.
 
@@ -155,6 +165,11 @@ def clean(stale: bool = False, log=print) -> None:
     """
     cache = current().cache
     if not stale:
+        running = _executing()
+        if running:
+            raise BuildError(f"{', '.join(running)} {'is' if len(running) == 1 else 'are'} being executed; "
+                             "clean removes outputs and checkpoints a run needs: try again when it has "
+                             "finished (`attnbook clean --stale` is safe meanwhile)")
         with Lock("build", "an attnbook build in this checkout", wait=False, log=log):
             for path in (current().executed, cache, current().build):
                 if path.exists():
@@ -177,6 +192,12 @@ def clean(stale: bool = False, log=print) -> None:
             shutil.rmtree(work, ignore_errors=True)
             removed += 1
             log(f"removed {_rel(work)}")
+    for tmp in sorted(cache.rglob(".*.tmp")) if cache.exists() else []:  # a write cut short (a full disk)
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+            log(f"removed {_rel(tmp)}")
     for old in sorted(cache.glob("*.partial.ipynb")) + sorted(cache.glob("*.input.ipynb")) \
             + sorted(cache.glob("*.progress.log")):
         old.unlink()
@@ -212,7 +233,8 @@ def sync(log=print) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse prints the usage as well)
-        self.exit(2, f"error: {message} (see `attnbook {self.prog.split()[-1]} --help`)\n")
+        words = self.prog.split()  # "attnbook" or "attnbook <command>"
+        self.exit(2, f"error: {message} (see `{' '.join(['attnbook', *words[1:]])} --help`)\n")
 
 
 def _sigterm(signum, frame):
@@ -284,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     except ParameterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, a folder without write permission: one line, not a traceback
+        where = f" ({_rel(Path(err.filename))})" if getattr(err, "filename", None) else ""
+        print(f"error: {err.strerror or err}{where}; the last good output is kept "
+              "(free space or fix the permission and run again)", file=sys.stderr)
+        return 1
     except Interrupted as err:
         print(f"interrupted: {err}", file=sys.stderr)
         return 130

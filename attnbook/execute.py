@@ -265,6 +265,10 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
 
     executed = nbformat.read(partial, as_version=4)
     _tag_parameter_cells(executed)
+    # papermill records the temporary work folder (with this process's id): the published notebook
+    # names the chapter's source and its slot instead, the same on every machine
+    pm = executed.metadata.get("papermill", {})
+    pm.update(input_path=f"chapters/{chapter}.md", output_path=_rel(notebook))
     device = resolve_device(merged.get("device", "auto"))
     # a full run stores the tables it computed: its outputs are current with the store as it left it
     inputs = dict(inputs, results=results_hash(chapter))
@@ -306,13 +310,18 @@ def _fail(failure, slot, work, partial, log_file, notebook, sweep_dir, progress)
         text.append(progress.read_text())
     with contextlib.suppress(OSError):
         text += ["--- kernel messages ---", (work / "kernel.log").read_text(errors="replace")]
-    _atomic_write(log_file, "\n".join(text) + "\n")
-    if partial.exists():
-        os.replace(partial, log_file.with_suffix(".partial.ipynb"))
+    logged = True
+    try:  # the message goes out even when the log cannot be written (a full disk)
+        _atomic_write(log_file, "\n".join(text) + "\n")
+        if partial.exists():
+            os.replace(partial, log_file.with_suffix(".partial.ipynb"))
+    except OSError:
+        logged = False
     shutil.rmtree(work, ignore_errors=True)
     kept = (f"the last good output is kept ({_rel(notebook)})" if notebook.exists()
             else "there was no earlier output")
     points = _saved_points(sweep_dir)
     saved = f"{points} finished sweep point{'s' * (points != 1)} saved for the next run"
-    failure.args = (f"{failure}; {kept}; {saved}; log: {_rel(log_file)}",)
+    log_note = f"log: {_rel(log_file)}" if logged else "no log written (the disk is full)"
+    failure.args = (f"{failure}; {kept}; {saved}; {log_note}",)
     raise failure

@@ -105,14 +105,20 @@ def _sha(data: bytes | str) -> str:
 
 
 def _atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``path`` through a temporary file and a rename: readers never see half a file."""
+    """Write ``path`` through a temporary file (fsynced) and a rename: readers never see half a
+    file. The one way the book writes a file atomically; on any failure (a full disk) the
+    temporary file is removed and the error raised, the old file untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data.encode() if isinstance(data, str) else data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class Lock:

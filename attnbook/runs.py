@@ -211,11 +211,12 @@ class Run:
         """Seconds since :func:`start_chapter`."""
         return time.perf_counter() - self.started
 
-    def write_summary(self, directory: str | Path | None = None) -> Path:
+    def write_summary(self, directory: str | Path | None = None) -> None:
         """Write ``<chapter>.summary.json`` (records plus profile, device, seed, wall_s).
 
         The file goes next to the executed notebook (the working directory papermill runs in)
-        unless ``directory`` is given.
+        unless ``directory`` is given. Returns nothing, so that a chapter's last line shows no
+        machine path in the executed notebook.
         """
         directory = Path.cwd() if directory is None else Path(directory)
         summary = dict(self.records)
@@ -230,10 +231,9 @@ class Run:
             torch_version=torch.__version__,
         )
         path = directory / f"{self.chapter}.summary.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)  # atomic: a reader sees the old summary or the whole new one
-        return path
+        from .layout import _atomic_write
+
+        _atomic_write(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")  # whole or not at all
 
 
 def _version() -> str:

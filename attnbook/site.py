@@ -129,10 +129,14 @@ def audit_markdown(results_dir: str | Path | None = None) -> str:
 
 
 def audit_command(results_dir: str | None = None, log=print) -> int:
-    """``attnbook audit``: print the table; 1 when a record is malformed or unreadable, else 0."""
+    """``attnbook audit``: print the table; 1 when a record is malformed or unreadable, or the
+    folder given does not exist, else 0."""
     from .store import audit, audit_table, results_root
 
     root = results_root(results_dir)
+    if results_dir is not None and not Path(results_dir).is_dir():
+        print(f"error: {results_dir} is not a folder of stored results", file=sys.stderr)
+        return 1
     rows = audit(root)
     log(f"stored results in {_rel(root)}: {len(rows)}")
     log(audit_table(rows).rstrip("\n"))

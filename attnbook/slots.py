@@ -24,8 +24,12 @@ from .params import EXECUTION_ONLY, parameter_schema, validate_parameters
 
 
 def _pins_hash() -> str:
+    """Hash of the pins in ``constraints.txt``: its requirement lines, without comments, blank
+    lines or surrounding whitespace, so that editing a comment re-executes nothing."""
     path = current().root / "constraints.txt"
-    return _sha(path.read_bytes() if path.exists() else b"")[:16]
+    text = path.read_text() if path.exists() else ""
+    pins = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    return _sha("\n".join(p for p in pins if p))[:16]
 
 
 def device_label(device: str = "auto") -> str:

@@ -13,7 +13,6 @@ visible note (``df.attrs["note"]``, for the figure caption, and the chapter summ
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import io
 import json
 import os
@@ -27,6 +26,7 @@ import torch
 
 from attnlib._validation import ParameterError
 
+from .layout import _atomic_write, _sha
 from .runs import Run, _jsonable, device_name, git_commit, module_hash, source_hash
 
 __all__ = [
@@ -57,10 +57,6 @@ class StoredResultError(RuntimeError):
     """A stored result fails verification (edited, truncated, or without a provenance record)."""
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def results_root(results_dir: str | Path | None = None) -> Path:
     """The result store: ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the repository's
     ``results/``."""
@@ -71,12 +67,6 @@ def _seal(record: Mapping[str, Any]) -> dict:
     """``record`` plus ``record_sha256``, a hash of all its other entries."""
     body = {k: v for k, v in record.items() if k != "record_sha256"}
     return dict(body, record_sha256=_sha(json.dumps(body, sort_keys=True).encode()))
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _chapter_code(chapter: str) -> dict[str, str]:

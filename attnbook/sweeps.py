@@ -51,7 +51,7 @@ def check_scheduler(scheduler: Any) -> str | None:
 
     Accepted: ``None`` or ``"serial"`` (in-process, the default), ``"local"`` (an embedded
     ``distributed.LocalCluster``, one single-threaded worker process per CPU core), ``"local:<n>"``
-    (``n`` workers) and a scheduler address such as ``"tcp://host:8786"``. Raises
+    (``n`` workers, at most one per CPU core) and a scheduler address such as ``"tcp://host:8786"``. Raises
     :class:`~attnlib.ParameterError` with one line otherwise.
     """
     if scheduler is None or scheduler == "serial":
@@ -61,7 +61,11 @@ def check_scheduler(scheduler: Any) -> str | None:
                              "'local:<n workers>' or a scheduler address like 'tcp://host:8786'")
     text = scheduler.strip()
     m = re.fullmatch(r"local(?::(\d+))?", text)
-    if m and (m.group(1) is None or int(m.group(1)) >= 1):
+    if m:
+        cores = os.cpu_count() or 1
+        if m.group(1) is not None and not 1 <= int(m.group(1)) <= cores:
+            raise ParameterError(f"scheduler={scheduler!r}: a local cluster takes 1 to {cores} workers "
+                                 f"on this machine ({cores} CPU cores)")
         return text
     if _ADDRESS.fullmatch(text):
         return text

@@ -195,7 +195,8 @@ def test_quick_profile_never_reads_or_writes_results(tmp_path, monkeypatch):
 
 def test_write_summary(full_run, tmp_path):
     full_run.record(x=np.float64(1.5), v=torch.tensor([1.0, 2.0]), d={1: 2.0}, ok=True)
-    path = full_run.write_summary()
+    assert full_run.write_summary(tmp_path) is None  # a chapter's last line shows no path
+    path = tmp_path / "09-test.summary.json"
     summary = json.loads(path.read_text())
     assert path.name == "09-test.summary.json"
     assert summary["x"] == 1.5 and summary["v"] == [1.0, 2.0] and summary["d"] == {"1": 2.0}
