@@ -11,8 +11,9 @@ Commands::
     attnbook audit [--results DIR]          every stored result in results/: commit, date, device,
                                             wall time, code changed since; exit 1 if one is unreadable
     attnbook sync                           rewrite the outputless chapters/*.ipynb from chapters/*.md
-    attnbook clean [--stale]                remove executed chapters, caches and the built site
-                                            (--stale: only checkpoints and leftovers no run needs)
+    attnbook clean [--stale] [--slot NAME]  remove executed chapters, caches and the built site
+                                            (--stale: only checkpoints and leftovers no run needs;
+                                            --slot: one slot's outputs, record and checkpoints)
     attnbook store CHAPTER TABLE ...        compute and store single tables of a chapter's full
                    [--defs FN] [--points K] profile with its own code (attnbook.tables_cli)
     attnbook slice CHAPTER TABLE [--idx I]  recompute a few points of a stored table with the current
@@ -63,7 +64,7 @@ from .params import (
     validate_parameters,
 )
 from .site import audit_command, build_site, execution_table
-from .slots import _load_records, _prepare, slot_paths, stale_reasons
+from .slots import _load_records, _prepare, _update_records, slot_paths, stale_reasons
 
 
 def build(params: dict | None = None, force: bool = False, site: bool = True, log=print,
@@ -154,6 +155,31 @@ def _executing() -> list[str]:
     locks = current().cache / "locks"
     names = sorted(p.stem[len("slot-"):] for p in locks.glob("slot-*.lock")) if locks.exists() else []
     return [slot for slot in names if _busy(slot)]
+
+
+def clean_slot(slot: str, log=print) -> None:
+    """``attnbook clean --slot NAME``: remove one slot's executed notebook, summary, execution
+    record, sweep checkpoints and logs, nothing else. Refused in one line while the slot executes
+    or when no such slot exists (``attnbook list`` names them)."""
+    chapter = slot.split("@", 1)[0]
+    cache = current().cache
+    notebook, summary = slot_paths(chapter, slot)
+    parts = [notebook, summary, cache / "sweeps" / slot, *sorted((cache / "logs").glob(f"{slot}.*"))]
+    if slot != chapter:
+        parts.append(notebook.parent)
+    if slot not in _load_records(report=False) and not any(p.exists() for p in parts):
+        raise ParameterError(f"--slot {slot!r}: no such output slot here (`attnbook list` names them)")
+    with Lock(f"slot-{slot}", f"an execution of {slot}", wait=False, log=log):
+        for path in parts:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists():
+                path.unlink()
+            else:
+                continue
+            log(f"removed {_rel(path)}")
+        _update_records(slot, None)
+    log(f"{slot}: its outputs, record and checkpoints are removed; the next run executes it afresh")
 
 
 def clean(stale: bool = False, log=print) -> None:
@@ -276,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "whether its code changed since")
     p_audit.add_argument("--results", metavar="DIR", help="the result store (default: results/)")
     p_clean = sub.add_parser("clean", help="remove executed chapters, caches and the site")
+    p_clean.add_argument("--slot", metavar="NAME",
+                         help="only this slot's outputs, record and checkpoints (names: attnbook list)")
     p_clean.add_argument("--stale", action="store_true",
                          help="remove only old sweep checkpoints and leftovers of ended runs")
     _tables_cli.add_commands(sub)
@@ -300,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "audit":
             return audit_command(args.results)
         elif args.command == "clean":
-            clean(stale=args.stale)
+            if args.slot is not None:
+                clean_slot(args.slot)
+            else:
+                clean(stale=args.stale)
         elif args.command in _tables_cli.COMMANDS:
             return _tables_cli.run_command(args)
     except ParameterError as err:

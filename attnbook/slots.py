@@ -136,8 +136,8 @@ def _load_records(report: bool = True) -> dict:
     return {k: v for k, v in data.items() if isinstance(v, dict)}
 
 
-def _update_records(slot: str, record: dict) -> None:
-    """Set ``records[slot]`` under a short lock, writing the file atomically.
+def _update_records(slot: str, record: dict | None) -> None:
+    """Set ``records[slot]`` (``None``: remove it) under a short lock, writing the file atomically.
 
     An unreadable records file is moved aside (``executions.corrupt-<time>.json``), not lost.
     """
@@ -148,7 +148,10 @@ def _update_records(slot: str, record: dict) -> None:
             os.replace(path, aside)
             _warn(f"the unreadable records were moved to {_rel(aside)}")
         records = _load_records(report=False)
-        records[slot] = record
+        if record is None:  # the slot is dropped (attnbook clean --slot)
+            records.pop(slot, None)
+        else:
+            records[slot] = record
         _atomic_write(path, json.dumps(records, indent=2, sort_keys=True) + "\n")
 
 

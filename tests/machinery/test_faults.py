@@ -164,3 +164,18 @@ def test_impossible_or_mistyped_sizes_are_refused_before_a_kernel(sizes, message
 
     with pytest.raises(ab.ParameterError, match=message):
         cp.check_positional_semantic({"sizes": sizes})
+
+
+def test_clean_slot_drops_one_slot_only(tiny, capsys):  # noqa: F811
+    assert main(["run", "99-tiny"]) == 0
+    assert main(["run", "99-tiny", "-p", "seed=2"]) == 0
+    book_slot = _outputs(tiny)
+    sweeps = tiny / "book" / "_cache" / "sweeps"
+    assert (sweeps / "99-tiny@seed=2").exists()
+    assert main(["clean", "--slot", "99-tiny@seed=2"]) == 0
+    assert not (sweeps / "99-tiny@seed=2").exists() and _outputs(tiny, "99-tiny@seed=2") == {}
+    assert "99-tiny@seed=2" not in slots._load_records()
+    assert _outputs(tiny) == book_slot and (sweeps / "99-tiny").exists()  # the book's slot untouched
+    capsys.readouterr()
+    assert main(["clean", "--slot", "99-tiny@seed=9"]) == 2
+    assert "no such output slot" in capsys.readouterr().err
