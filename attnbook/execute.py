@@ -160,10 +160,10 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
     either way the previous outputs and the finished sweep points are kept.
     """
     nb, merged, slot, inputs, key = _prepare(chapter, params)
+    _check_scheduler_answers(merged.get("scheduler"))  # a dead address is an error even for a current slot
     if not force and is_current(chapter, key, _load_records(), slot):
         log(f"  {slot}: unchanged (cache key {key}), not executed")
         return _load_records()[slot] | {"executed": False, "slot": slot}
-    _check_scheduler_answers(merged.get("scheduler"))
     with Lock(f"slot-{slot}", f"an execution of {slot}", wait=wait, log=log):
         if not force and is_current(chapter, key, _load_records(), slot):
             log(f"  {slot}: executed meanwhile by another process (cache key {key})")

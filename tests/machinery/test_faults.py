@@ -179,3 +179,18 @@ def test_clean_slot_drops_one_slot_only(tiny, capsys):  # noqa: F811
     capsys.readouterr()
     assert main(["clean", "--slot", "99-tiny@seed=9"]) == 2
     assert "no such output slot" in capsys.readouterr().err
+
+
+def test_a_dead_scheduler_is_refused_even_when_the_slot_is_current(tmp_path, monkeypatch, capsys):
+    from ..conftest import myst_chapter, point_book_at, tiny_book
+
+    params = 'profile = "quick"\ndevice = "cpu"\nseed = 0\nscheduler = "serial"'
+    code = ('import attnbook as ab\n'
+            'run = ab.start_chapter("96-sched", profile=profile, device=device, seed=seed, quiet=True)\n'
+            'run.write_summary()')
+    point_book_at(tiny_book(tmp_path / "root", "96-sched", myst_chapter("Sched", params, code)), monkeypatch)
+    assert main(["run", "96-sched"]) == 0
+    capsys.readouterr()
+    assert main(["run", "96-sched", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "127.0.0.1:1" in err
