@@ -45,6 +45,7 @@ import json
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -218,6 +219,12 @@ def clean(stale: bool = False, log=print) -> None:
             shutil.rmtree(work, ignore_errors=True)
             removed += 1
             log(f"removed {_rel(work)}")
+    for sockets in sorted(Path(tempfile.gettempdir()).glob("attnbook-*-*")):  # kernels of ended runs
+        pid = sockets.name.split("-")[1]
+        if sockets.is_dir() and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(sockets, ignore_errors=True)
+            removed += 1
+            log(f"removed {sockets}")
     for tmp in sorted(cache.rglob(".*.tmp")) if cache.exists() else []:  # a write cut short (a full disk)
         pid = tmp.name.rsplit(".", 2)[-2]
         if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):

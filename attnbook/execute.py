@@ -130,6 +130,10 @@ def _kernel_manager_class(socket_dir: str, kernel_log: Path):
         def _default_ip(self):
             return os.path.join(socket_dir, "kernel")
 
+        @default("connection_file")
+        def _default_connection_file(self):
+            return os.path.join(socket_dir, "kernel.json")
+
     return IpcKernelManager
 
 
@@ -216,7 +220,9 @@ def _execute(chapter, nb, merged, slot, inputs, key, log) -> dict:
     nbformat.write(nb, source)
     progress = work / "progress.log"
     progress.write_text("")
-    socket_dir = tempfile.mkdtemp(prefix="attnbook-")
+    # the kernel's sockets and connection file, in one folder named by this process: a killed run
+    # leaves nothing elsewhere, and `clean --stale` removes the folder once the process is gone
+    socket_dir = tempfile.mkdtemp(prefix=f"attnbook-{os.getpid()}-")
 
     env_before = dict(os.environ)
     os.environ.update(sweep_env)

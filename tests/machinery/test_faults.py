@@ -194,3 +194,15 @@ def test_a_dead_scheduler_is_refused_even_when_the_slot_is_current(tmp_path, mon
     assert main(["run", "96-sched", "--scheduler", "tcp://127.0.0.1:1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "127.0.0.1:1" in err
+
+
+def test_clean_stale_removes_kernel_folders_of_ended_runs(tiny):  # noqa: F811
+    import tempfile
+    from pathlib import Path
+
+    assert main(["run", "99-tiny"]) == 0
+    assert not list(Path(tempfile.gettempdir()).glob(f"attnbook-{__import__('os').getpid()}-*"))  # removed
+    dead = Path(tempfile.mkdtemp(prefix="attnbook-999999999-"))  # a killed run's sockets
+    (dead / "kernel.json").write_text("{}")
+    assert main(["clean", "--stale"]) == 0
+    assert not dead.exists()
