@@ -206,3 +206,44 @@ def test_clean_stale_removes_kernel_folders_of_ended_runs(tiny):  # noqa: F811
     (dead / "kernel.json").write_text("{}")
     assert main(["clean", "--stale"]) == 0
     assert not dead.exists()
+
+
+@pytest.mark.parametrize("phase", ["summary", "notebook", "record"])
+def test_a_kill_at_each_phase_of_promotion_publishes_nothing_wrong(tiny, monkeypatch, capsys, phase):  # noqa: F811
+    """The kernel has finished; the process dies while it promotes the outputs (two renames, then
+    the record that vouches for the pair). Whatever is on disk afterwards, the slot is current only
+    if its files are the ones its record vouches for, and the next run repairs it."""
+    import os as _os
+
+    from attnbook import execute
+
+    assert main(["run", "99-tiny"]) == 0
+    real_replace, real_update = _os.replace, execute._update_records
+
+    def replace(src, dst):
+        if phase == "summary" and str(dst).endswith(".summary.json") and "book/chapters" in str(dst):
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+        if phase == "notebook" and str(dst).endswith("99-tiny.ipynb") and "book/chapters" in str(dst):
+            raise KeyboardInterrupt
+
+    def update(slot, record):
+        if phase == "record":
+            raise KeyboardInterrupt
+        real_update(slot, record)
+
+    monkeypatch.setattr(execute.os, "replace", replace)
+    monkeypatch.setattr(execute, "_update_records", update)
+    assert main(["run", "99-tiny", "--force"]) == 130  # the book's slot, whose outputs exist
+    monkeypatch.setattr(execute.os, "replace", real_replace)
+    monkeypatch.setattr(execute, "_update_records", real_update)
+    key, records = slots._prepare("99-tiny", {})[4], slots._load_records()
+    current = slots.is_current("99-tiny", key, records, "99-tiny")
+    if current:  # current: its files are exactly the ones its record vouches for
+        assert slots._output_problem("99-tiny", "99-tiny", records["99-tiny"]) is None
+    else:  # otherwise list says why, and the next run repairs it
+        assert slots.stale_reasons("99-tiny", "99-tiny", key, slots._prepare("99-tiny", {})[3], records)
+    assert current == (phase == "summary")  # the old pair survives only if the kill came first
+    capsys.readouterr()
+    assert main(["run", "99-tiny"]) == (0)
+    assert slots.is_current("99-tiny", key, slots._load_records(), "99-tiny")
