@@ -9,20 +9,23 @@ sizes written out so that their disjointness can be read and is checked. The val
 under the claim's name, so the text quotes exactly what is recorded.
 
 A claim whose figure value fails its own criterion, or whose held-out value contradicts it, or
-whose held-out seeds overlap the figure's, raises :class:`ClaimError` where it is made, so the
-chapter (and the build) fails until the sentence is rewritten; :func:`check_claims` applies the
-same rule again to every summary when the site is built (a summary edited by hand or written by
-older code cannot slip through). :func:`claims_markdown` renders the book's *Claims and
-evidence* page: one row per claim.
+whose held-out seeds overlap the figure's, is recorded as contradicted and reported where it is
+made; :func:`check_claims` applies the rule to every summary of the book's pages when the site is
+built, which stops until the sentence is rewritten (a summary edited by hand or written by older
+code cannot slip through). A run at other sizes or seeds still completes and shows where the
+claim fails; a malformed claim raises :class:`ClaimError` at once. :func:`claims_markdown`
+renders the book's *Claims and evidence* page: one row per claim.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["ClaimError", "claim", "check_claim", "check_claims", "claims_markdown", "holds", "unchecked"]
+__all__ = ["ClaimError", "claim", "check_claim", "check_claims", "check_form", "claims_markdown",
+           "contradiction", "holds", "unchecked"]
 
 _OPS = {"<": "below", "<=": "at most", ">": "above", ">=": "at least", "between": "between"}
 
@@ -63,10 +66,8 @@ def _as_set(values: Any) -> set:
     return {v if isinstance(v, str | int | float) else repr(v) for v in values}
 
 
-def check_claim(name: str, record: Mapping[str, Any]) -> None:
-    """Raise :class:`ClaimError` (one line naming the claim) unless ``record`` is a claim whose
-    value satisfies its criterion, whose held-out value does too, and whose held-out seeds or
-    sizes are disjoint from the figure's."""
+def check_form(name: str, record: Mapping[str, Any]) -> None:
+    """Raise :class:`ClaimError` when ``record`` lacks a field or its criterion is malformed."""
     for field in ("statement", "criterion", "value", "control", "heldout", "heldout_on", "figure_on"):
         if field not in record:
             raise ClaimError(f"claim {name}: no {field!r}")
@@ -74,18 +75,35 @@ def check_claim(name: str, record: Mapping[str, Any]) -> None:
     if (not isinstance(criterion, list | tuple) or not criterion or criterion[0] not in _OPS
             or len(criterion) != (3 if criterion[0] == "between" else 2)):
         raise ClaimError(f"claim {name}: criterion {criterion!r} is not (op, x) or ('between', lo, hi)")
+
+
+def contradiction(name: str, record: Mapping[str, Any]) -> str | None:
+    """Why the evidence contradicts a well-formed claim (one line), or ``None``: its figure value
+    fails its criterion, its held-out seeds or sizes overlap the figure's, or its held-out value
+    fails the criterion."""
+    criterion = record["criterion"]
     if not holds(criterion, record["value"]):
-        raise ClaimError(f"claim {name}: the figure's value {record['value']!r} is not "
-                         f"{_criterion_words(criterion)}; rewrite the claim")
+        return (f"claim {name}: the figure's value {record['value']!r} is not "
+                f"{_criterion_words(criterion)}; rewrite the claim")
     if record["heldout"] is None:  # not checked on held-out data in this run: listed as such
-        return
+        return None
     overlap = _as_set(record["figure_on"]) & _as_set(record["heldout_on"])
     if overlap:
-        raise ClaimError(f"claim {name}: the held-out check reuses the figure's {sorted(overlap)}")
+        return f"claim {name}: the held-out check reuses the figure's {sorted(overlap)}"
     if not holds(criterion, record["heldout"]):
-        raise ClaimError(f"claim {name}: the held-out value {record['heldout']!r} "
-                         f"({record.get('heldout_what', 'held out')}) is not {_criterion_words(criterion)}: "
-                         "the held-out run contradicts the claim; rewrite it")
+        return (f"claim {name}: the held-out value {record['heldout']!r} "
+                f"({record.get('heldout_what', 'held out')}) is not {_criterion_words(criterion)}: "
+                "the held-out run contradicts the claim; rewrite it")
+    return None
+
+
+def check_claim(name: str, record: Mapping[str, Any]) -> None:
+    """Raise :class:`ClaimError` (one line naming the claim) unless ``record`` is a well-formed
+    claim that its evidence supports (:func:`check_form`, :func:`contradiction`)."""
+    check_form(name, record)
+    reason = contradiction(name, record)
+    if reason:
+        raise ClaimError(reason)
 
 
 def claim(run, name: str, value: float, *, statement: str, criterion: Sequence[Any],
@@ -120,8 +138,11 @@ def claim(run, name: str, value: float, *, statement: str, criterion: Sequence[A
     figure : str, optional
         Label of the figure that shows the claim (``fig-ch3-...``), linked from the claims page.
 
-    Raises :class:`ClaimError` if the value fails the criterion, the held-out value contradicts
-    it, or the held-out seeds or sizes overlap the figure's.
+    A claim that its own value, its held-out value or overlapping seeds contradict is recorded
+    with the reason (``contradicted``) and reported in one line on stderr; the build of the book's
+    site then stops on it (:func:`check_claims`), while a run at other sizes or seeds (a toy
+    check, a ``full`` run) still completes and shows where the claim fails. A record missing a
+    field raises :class:`ClaimError` at once.
     """
     from .runs import _jsonable
 
@@ -132,7 +153,11 @@ def claim(run, name: str, value: float, *, statement: str, criterion: Sequence[A
         "figure": figure,
     }
     record = _jsonable(record)
-    check_claim(name, record)
+    check_form(name, record)  # a malformed claim is a mistake in the chapter: raised at once
+    reason = contradiction(name, record)
+    if reason:  # a finding: recorded, reported, and the book's site build stops on it
+        record["contradicted"] = reason
+        print(f"attnbook: {reason}", file=sys.stderr)
     run.records.setdefault("claims", {})[name] = record
     if glue:
         from myst_nb import glue as _glue

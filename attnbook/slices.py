@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tables import TableError, plain_value, plan_tables
+from .tables import TableError, plain_value, plan_tables, routed_stored_sweep
 
 __all__ = ["check_slice", "compare_slice", "recompute_slice"]
 
@@ -62,7 +62,7 @@ def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dic
     ns.update(profile="full", scheduler=None)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
     ab = ns["ab"]
-    sweep, stored_or_compute = ab.sweep, ab.stored_or_compute
+    sweep, stored_or_compute, stored_sweep = ab.sweep, ab.stored_or_compute, ab.stored_sweep
     chosen: list[dict] = []
     fresh: list[pd.DataFrame] = []
 
@@ -92,13 +92,13 @@ def recompute_slice(chapter: str, name: str, pick, defs: tuple = (), shrink: dic
         df.attrs.update(provenance={"stored": table != name, "stale": False}, note="")
         return df
 
-    ab.stored_or_compute = compute_only
+    ab.stored_or_compute, ab.stored_sweep = compute_only, routed_stored_sweep(ab)
     try:
         for fn, src in zip((*defs, *(["pre"] if pre else [])), setup[2:], strict=True):
             exec(compile(src, f"{chapter}[{fn}]", "exec"), ns)
         exec(compile(code, f"{chapter}[{name}]", "exec"), ns)
     finally:
-        ab.stored_or_compute = stored_or_compute
+        ab.stored_or_compute, ab.stored_sweep = stored_or_compute, stored_sweep
     if not chosen or not fresh:
         raise TableError(f"{chapter}/{name}: its code computed no table of the chosen points")
     return fresh[-1], stored, chosen

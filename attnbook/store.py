@@ -43,6 +43,7 @@ __all__ = [
     "stored_full",
     "stored_phrase",
     "stored_sweep",
+    "sweep_table_key",
     "source_phrase",
     "result_note",
 ]
@@ -341,25 +342,25 @@ def source_phrase(run: Run, table: pd.DataFrame, stored: pd.DataFrame | None = N
     return f"Computed in this run; {stored_phrase(None)}."
 
 
+def sweep_table_key(run: Run, points: list[Mapping[str, Any]],
+                    params: Mapping[str, Any] | None = None) -> dict:
+    """The key :func:`stored_sweep` stores a sweep's table under: ``params`` when given, else the
+    points (without a ``device`` entry: a table is the same on any device) and the run's seed."""
+    if params is not None:
+        return dict(params)
+    return dict(points=[{k: v for k, v in p.items() if k != "device"} for p in points], seed=run.seed)
+
+
 def stored_sweep(run: Run, name: str, fn: Callable[..., Any], points: list[Mapping[str, Any]], *,
                  params: Mapping[str, Any] | None = None, scheduler: Any = None,
                  recompute: bool = False) -> pd.DataFrame:
     """A sweep whose table may be stored at paper scale: :func:`attnbook.sweep` of ``fn`` over
     ``points`` (checkpointed as ``name``), through :func:`stored_or_compute` (a ``full`` run stores
-    it in ``results/`` and loads it when stored with the same key).
+    it in ``results/`` and loads it when stored with the same key, :func:`sweep_table_key`)."""
+    from .sweeps import sweep
 
-    The key is ``params`` when given, else the points (without a ``device`` entry: a table is the
-    same on any device) and the run's seed. It calls ``attnbook.sweep`` and
-    ``attnbook.stored_or_compute`` by their package names, so that ``attnbook store`` and
-    ``attnbook slice``, which wrap those two to cut a table to chosen points, see it too.
-    """
-    import attnbook  # the package's names, looked up now: `attnbook store` and `slice` wrap them
-
-    if params is None:
-        params = dict(points=[{k: v for k, v in p.items() if k != "device"} for p in points], seed=run.seed)
-    return attnbook.stored_or_compute(
-        run, name, lambda: attnbook.sweep(fn, points, name=name, run=run, scheduler=scheduler),
-        params=params, recompute=recompute)
+    return stored_or_compute(run, name, lambda: sweep(fn, points, name=name, run=run, scheduler=scheduler),
+                             params=sweep_table_key(run, points, params), recompute=recompute)
 
 
 def audit(results_dir: str | Path | None = None) -> list[dict]:

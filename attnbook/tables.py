@@ -214,6 +214,21 @@ def plan_tables(chapter: str, names: list[str], defs: tuple = (), extra: tuple =
     return setup, segments
 
 
+def routed_stored_sweep(ab):
+    """``ab.stored_sweep`` as the chapter's namespace ``ab`` would run it through its own ``sweep``
+    and ``stored_or_compute`` (looked up at each call): the store and slice tools wrap those two
+    to cut a table to chosen points or to count and seed its checkpoint, and a table made by
+    ``ab.stored_sweep`` must meet the same wrappers."""
+    from .store import sweep_table_key
+
+    def stored_sweep(run, name, fn, points, *, params=None, scheduler=None, recompute=False):
+        return ab.stored_or_compute(
+            run, name, lambda: ab.sweep(fn, points, name=name, run=run, scheduler=scheduler),
+            params=sweep_table_key(run, points, params), recompute=recompute)
+
+    return stored_sweep
+
+
 def _first_points(ab, k: int, names) -> dict:
     """Make the sweeps of tables ``names``, and their store keys, hold only the first ``k`` points.
 
@@ -427,6 +442,7 @@ def store_tables(chapter: str, names: list[str], scheduler: str, defs: tuple = (
     exec(compile(setup[0], f"{chapter}[parameters]", "exec"), ns)
     ns.update(profile="full", scheduler=scheduler)
     exec(compile(setup[1], f"{chapter}[set-up]", "exec"), ns)
+    ns["ab"].stored_sweep = routed_stored_sweep(ns["ab"])
     checkpointed = _count_checkpointed(ns["ab"])
     asked = _first_points(ns["ab"], points, segments) if points else {}
     partial = {}  # stored partial tables: resumed from, then stored again with the points added

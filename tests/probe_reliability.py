@@ -85,13 +85,23 @@ def probe(where: Path) -> list[tuple[str, bool, str]]:
     results.append(("deleted provenance: refused in one line", ok, refused.stderr[-300:]))
     record.write_bytes(saved)
 
-    # 3. clean while the chapter executes
+    # 3. clean while the chapter executes: the probe's copy of the chapter waits for a gate file
+    # after its parameters cell, so the run is surely executing when clean is called
+    gate = where / "gate"
+    source = where / "chapters" / f"{CH}.md"
+    text = source.read_text()
+    head, sep, rest = text.partition(":tags: [parameters]")
+    end = rest.index("```") + 3
+    hold = (f"\n\n```{{code-cell}} python\nimport os, time\nwhile not os.path.exists({str(gate)!r}):\n"
+            "    time.sleep(0.1)\n```")
+    source.write_text(head + sep + rest[:end] + hold + rest[end:])
     running = _attnbook(env, "run", CH, "--force", wait=False)
     lock = where / "book" / "_cache" / "locks" / f"slot-{CH}.lock"
     deadline = time.time() + 120
     while time.time() < deadline and not (lock.exists() and lock.read_text().strip()):
         time.sleep(0.1)
     clean = _attnbook(env, "clean")
+    gate.touch()
     out, err = running.communicate(timeout=600)
     ok = (clean.returncode == 1 and "being executed" in clean.stderr
           and len(clean.stderr.strip().splitlines()) == 1 and running.returncode == 0)

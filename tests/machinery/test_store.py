@@ -130,13 +130,17 @@ def test_publish_glues_for_the_text_and_records_for_the_summary(monkeypatch):
     assert type(glued["ch9-c"][0]) is float and run.records == {"a_value": 1.5}
 
 
-def test_stored_sweep_goes_through_the_package_names(monkeypatch):
-    # attnbook store / slice cut a table to chosen points by wrapping ab.sweep and
+def test_a_stored_sweep_meets_the_table_tools_wrappers():
+    # attnbook store / slice cut a table to chosen points by wrapping the chapter's ab.sweep and
     # ab.stored_or_compute: a table made by ab.stored_sweep must go through both
+    from types import SimpleNamespace
+
+    from attnbook.tables import routed_stored_sweep
+
     seen = {}
-    monkeypatch.setattr(ab, "sweep", lambda fn, points, **kw: seen.setdefault("swept", pd.DataFrame(points)))
-    monkeypatch.setattr(ab, "stored_or_compute", lambda run, name, compute, params, recompute=False:
-                        seen.setdefault("stored", compute()))
+    ns = SimpleNamespace(sweep=lambda fn, points, **kw: seen.setdefault("swept", pd.DataFrame(points)),
+                         stored_or_compute=lambda run, name, compute, params, recompute=False:
+                         seen.setdefault("stored", (compute(), params))[0])
     run = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
-    df = ab.stored_sweep(run, "t", lambda i: {"v": i}, [{"i": 1}, {"i": 2}])
-    assert df is seen["stored"] is seen["swept"] and df.i.tolist() == [1, 2]
+    df = routed_stored_sweep(ns)(run, "t", lambda i: {"v": i}, [{"i": 1, "device": "cpu"}])
+    assert df is seen["swept"] and seen["stored"][1] == {"points": [{"i": 1}], "seed": 0}

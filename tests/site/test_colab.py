@@ -48,8 +48,9 @@ def fresh_env(tmp_path_factory):
     t0 = time.perf_counter()
     # the wheel is built from a copy, so that setuptools' build/ folder never lands in the checkout
     source = base / "source"
-    shutil.copytree(ROOT / "attnlib", source / "attnlib",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("attnlib", "attnbook"):  # one distribution, two packages
+        shutil.copytree(ROOT / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, source / name)
