@@ -62,11 +62,18 @@ CHAOTIC = {
                 tol={"acc_sampled": (0.0, 1.5), "mean_corr": (0.0, 2e-3), "var_corr": (0.0, 5e-3),
                      "var_rel_diff": (0.0, 0.08), "U_sampled": (0.05, 0.1), "accept": (0.0, 0.08),
                      "rhat": (0.0, 5e-3), "ess": (0.3, 0.0), "step": (0.08, 0.0)}),
-    # the first seed's network is trained in float32, and the theory's worst-conditioned solve
-    # (N = 10, T = 0.01) then stops at a U 2e-4 away (1e-6 of its largest entry), its residual at
-    # 2.8e-6 instead of 2.1e-6; the label alignment of the pruning run's finite-width kernel moves
-    # by 1.4e-7; the accuracies, drops, scores and every other point exactly
-    "glyphs": dict(tol={"U": (0.0, 1e-3), "residual": (0.0, 1e-5), "align_fw": (0.0, 1e-6)}),
+    # the first seed's network is trained in float32, and its weights differ in the last digits from
+    # one CPU to another. Recomputed on the machine that stored the tables, the theory's
+    # worst-conditioned solve (N = 10, T = 0.01) stopped at a U 2e-4 away, residual 2.8e-6 against
+    # 2.1e-6. On the 2026-12-05 machine, where the code from before the package split (c82cbaa) and
+    # the current code give the same digits, it stops 0.015 away in U (7e-5 of its largest entry,
+    # 213), residual 1.4e-5; and the pruning run's head scores move by 9e-6, its random-order curve
+    # by 1e-3 points (of 93), its network's U by 1e-5, the path alignments by 8e-5, the kernel-target
+    # alignments by 6e-8. The accuracies, drops and every other point are equal. Tolerances: a few
+    # times those spreads
+    "glyphs": dict(tol={"U": (0.0, 0.05), "residual": (0.0, 5e-5), "scores": (0.0, 5e-5),
+                        "curve_random": (0.0, 5e-3), "U_gd": (0.0, 5e-5), "align_gp": (0.0, 3e-4),
+                        "align_fw": (0.0, 3e-4), "kta_gp": (0.0, 3e-7), "kta_fw": (0.0, 3e-7)}),
 }
 SLICES: dict[str, dict] = {
     "00-attention/neff": dict(idx=[0, -1], defs=("random_scores",)),
