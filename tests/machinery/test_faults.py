@@ -163,7 +163,7 @@ def test_impossible_or_mistyped_sizes_are_refused_before_a_kernel(sizes, message
     from attnbook import chapter_params as cp
 
     with pytest.raises(ab.ParameterError, match=message):
-        cp.check_positional_semantic({"sizes": sizes})
+        cp.check_chapter_sizes("03-positional-semantic", {"sizes": sizes})
 
 
 def test_clean_slot_drops_one_slot_only(tiny, capsys):  # noqa: F811
