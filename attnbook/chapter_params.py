@@ -1,14 +1,13 @@
-"""Chapter-specific parameter checks that ``attnbook`` runs before a kernel starts.
+"""The checks of a chapter's ``sizes`` parameter that ``attnbook`` runs before a kernel starts.
 
 ``attnbook`` checks every parameter against the chapter's parameters cell (names, and types from
-the defaults). What only the chapter knows, such as which entries chapter 3's ``sizes`` dict may
-replace, is checked by a function ``check(params)`` raising a one-line
-:class:`~attnlib.ParameterError`, found in ``CHAPTER_CHECKS`` (chapter id -> function) of this
-module or of any attnlib module the chapter imports, or named by a comment line
-``# attnbook: check attnlib.<module>:<function>`` in the chapter's parameters cell.
-
-The checks here read what they need from the chapter source itself (its ``PROFILE_SIZES``
-literal), so that the chapter stays the one place where its sizes are written.
+the defaults). A chapter with a ``sizes`` parameter (chapters 3 and 4) gets one more check, the
+same for every chapter (:func:`check_chapter_sizes`): each entry must replace one of the
+chapter's ``PROFILE_SIZES`` literal, with a value of the kind written there, and fit in this
+machine's memory. Nothing here knows a particular chapter: the rules are read from the chapter
+source itself, so that the chapter stays the one place where its sizes are written. A chapter
+can still declare a check of its own, ``# attnbook: check attnlib.<module>:<function>`` in its
+parameters cell (:func:`attnbook.params.chapter_checks`).
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from dataclasses import asdict, is_dataclass, replace
 
 from attnlib._validation import ParameterError, check_bool, check_float, check_int
 
-__all__ = ["CHAPTER_CHECKS", "profile_sizes", "sizes_schema", "check_sizes",
-           "check_positional_semantic", "check_attention_paths"]
+__all__ = ["profile_sizes", "sizes_schema", "check_sizes", "check_chapter_sizes", "check_memory"]
 
 
 def profile_sizes(profile_sizes: dict, profile: str, sizes: dict) -> dict:
@@ -210,28 +208,31 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
                     raise ParameterError(f"{name} entry {v!r} must be a finite number >= 0")
 
 
-def check_positional_semantic(params: dict) -> None:
-    """Chapter 3 (``03-positional-semantic``): ``recompute`` is a boolean and ``sizes`` only
-    replaces entries of the chapter's ``PROFILE_SIZES``, each with a value of the right kind."""
-    from attnlib import dotattn
+class _Configs:
+    """The config classes and ``*_PROFILES`` dicts a chapter can name, looked up in the attnlib
+    modules it imports."""
 
-    check_bool("recompute", params.get("recompute", False))
+    def __init__(self, modules):
+        self.modules = modules
+
+    def __getattr__(self, name):
+        for module in self.modules:
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(name)
+
+
+def check_chapter_sizes(chapter: str, params: dict) -> None:
+    """Any chapter with a ``sizes`` parameter: each entry replaces one of the chapter's
+    ``PROFILE_SIZES`` literal and is checked against how it is written there (a config's fields,
+    a number, a list...), and against this machine's memory (:func:`check_memory`). The configs
+    are found in the attnlib modules the chapter imports."""
+    import importlib
+
+    from .deps import chapter_modules
+
     sizes = params.get("sizes", {})
-    if sizes:
-        check_sizes(sizes, sizes_schema(_chapter_source("03-positional-semantic")), dotattn)
-
-
-def check_attention_paths(params: dict) -> None:
-    """Chapter 4 (``04-attention-paths``): ``sizes`` only replaces entries of the chapter's
-    ``PROFILE_SIZES``, each with a value of the right kind."""
-    from attnlib import paths
-
-    sizes = params.get("sizes", {})
-    if sizes:
-        check_sizes(sizes, sizes_schema(_chapter_source("04-attention-paths")), paths,
-                    params.get("profile", "quick"))
-
-
-#: chapter id -> check(params), run by ``attnbook`` before a kernel starts.
-CHAPTER_CHECKS = {"03-positional-semantic": check_positional_semantic,
-                  "04-attention-paths": check_attention_paths}
+    if sizes == {}:
+        return
+    configs = _Configs([importlib.import_module(m) for m in sorted(chapter_modules(chapter))])
+    check_sizes(sizes, sizes_schema(_chapter_source(chapter)), configs, params.get("profile", "quick"))

@@ -165,6 +165,8 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
     """
     nb, merged, slot, inputs, key = _prepare(chapter, params)
     _check_scheduler_answers(merged.get("scheduler"))  # a dead address is an error even for a current slot
+    if merged.get("profile") == "full":
+        _warn_cost(chapter, log)
     if not force and is_current(chapter, key, _load_records(), slot):
         log(f"  {slot}: unchanged (cache key {key}), not executed")
         return _load_records()[slot] | {"executed": False, "slot": slot}
@@ -173,6 +175,26 @@ def execute_chapter(chapter: str, params: dict | None = None, force: bool = Fals
             log(f"  {slot}: executed meanwhile by another process (cache key {key})")
             return _load_records()[slot] | {"executed": False, "slot": slot}
         return _execute(chapter, nb, merged, slot, inputs, key, log)
+
+
+def _warn_cost(chapter: str, log=print) -> None:
+    """Before a ``full`` run: one line with the estimated CPU time of the tables it will compute
+    (those not stored in ``results/``), from the cost report ``benchmarks/results/full_cost.json``
+    (nothing when the report is missing or the run is short)."""
+    path = current().root / "benchmarks" / "results" / "full_cost.json"
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    stored = current().root / "results" / chapter
+    todo = [r for r in rows if isinstance(r, dict) and chapter.startswith(str(r.get("chapter")) + "-")
+            and isinstance(r.get("cpu_s"), int | float)
+            and not any(stored.glob(f"{str(r.get('table')).split(' ')[0]}*.csv"))]
+    cpu_h = sum(r["cpu_s"] for r in todo) / 3600
+    if cpu_h >= 1:
+        names = ", ".join(str(r.get("table")).split(" ")[0] for r in todo)
+        log(f"  note: the full profile of {chapter} computes {names} (not stored in results/): about "
+            f"{cpu_h:.0f} CPU h on one core by the cost report; stored tables are loaded, sweeps resume")
 
 
 def _check_scheduler_answers(scheduler, timeout_s: float = 5.0) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
 import re
 import tokenize
@@ -189,8 +190,8 @@ def chapter_checks(chapter: str, nb=None) -> list:
 
     Two ways to declare one, both read without executing the chapter: a comment line in the
     parameters cell, ``# attnbook: check attnlib.<module>:<function>``; or, in a model module the
-    chapter imports (or in :mod:`attnbook.chapter_params`), ``CHAPTER_CHECKS = {"<chapter id>":
-    function}``. A check receives every
+    chapter imports, ``CHAPTER_CHECKS = {"<chapter id>": function}``. A chapter with a ``sizes``
+    parameter also gets :func:`attnbook.chapter_params.check_chapter_sizes`. A check receives every
     parameter (defaults merged with the given values) and raises
     :class:`~attnlib.ParameterError` with one line naming the bad value.
     """
@@ -204,10 +205,14 @@ def chapter_checks(chapter: str, nb=None) -> list:
         except (ImportError, AttributeError) as err:
             raise BuildError(f"chapter {chapter} declares the check {module}:{function}, "
                              f"which cannot be loaded ({err})") from None
-    for module in ["attnbook.chapter_params", *sorted(chapter_modules(chapter, nb))]:
+    for module in sorted(chapter_modules(chapter, nb)):  # a model module may declare one too
         declared = getattr(importlib.import_module(module), "CHAPTER_CHECKS", None) or {}
         if chapter in declared and declared[chapter] not in checks:
             checks.append(declared[chapter])
+    if "sizes" in parameter_schema(nb):  # the same rule for every chapter with sizes
+        from .chapter_params import check_chapter_sizes
+
+        checks.append(functools.partial(check_chapter_sizes, chapter))
     return checks
 
 

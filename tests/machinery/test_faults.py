@@ -163,7 +163,7 @@ def test_impossible_or_mistyped_sizes_are_refused_before_a_kernel(sizes, message
     from attnbook import chapter_params as cp
 
     with pytest.raises(ab.ParameterError, match=message):
-        cp.check_positional_semantic({"sizes": sizes})
+        cp.check_chapter_sizes("03-positional-semantic", {"sizes": sizes})
 
 
 def test_clean_slot_drops_one_slot_only(tiny, capsys):  # noqa: F811
@@ -247,3 +247,24 @@ def test_a_kill_at_each_phase_of_promotion_publishes_nothing_wrong(tiny, monkeyp
     capsys.readouterr()
     assert main(["run", "99-tiny"]) == (0)
     assert slots.is_current("99-tiny", key, slots._load_records(), "99-tiny")
+
+
+def test_a_full_run_says_how_long_its_unstored_tables_take(tmp_path, monkeypatch):
+    import json as _json
+
+    from attnbook import execute, layout
+
+    monkeypatch.setattr(layout, "BOOK", layout.Book(tmp_path))
+    report = tmp_path / "benchmarks" / "results" / "full_cost.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(_json.dumps({"rows": [
+        {"chapter": "07", "table": "grid (25 x 25)", "cpu_s": 7200},
+        {"chapter": "07", "table": "small", "cpu_s": 10},
+        {"chapter": "07", "table": "done", "cpu_s": 36000}]}))
+    (tmp_path / "results" / "07-x").mkdir(parents=True)
+    (tmp_path / "results" / "07-x" / "done.csv").write_text("a\n1\n")
+    said = []
+    execute._warn_cost("07-x", said.append)
+    assert len(said) == 1 and "computes grid, small" in said[0] and "about 2 CPU h" in said[0]
+    execute._warn_cost("08-y", said.append)  # no rows: nothing said
+    assert len(said) == 1

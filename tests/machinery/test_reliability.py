@@ -368,11 +368,12 @@ def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
     assert schema["images"] == ("profile", "IMAGE_PROFILES")
     assert schema["markov"] == ("profile", "MARKOV_PROFILES")
     assert schema["draws"] == ("int", None) and schema["image_T"] == ("numbers", None)
-    cp.check_attention_paths({"sizes": {"images": {"gd_steps": 50, "gd_warmup": 5}, "draws": 2}})
+    ch4 = "04-attention-paths"
+    cp.check_chapter_sizes(ch4, {"sizes": {"images": {"gd_steps": 50, "gd_warmup": 5}, "draws": 2}})
     # checked against the profile that runs: 500 steps are fewer than the full profile's warm-up
-    cp.check_attention_paths({"sizes": {"images": {"gd_steps": 500}}})
+    cp.check_chapter_sizes(ch4, {"sizes": {"images": {"gd_steps": 500}}})
     with pytest.raises(ParameterError, match=r"sizes\['images'\]: gd_warmup"):
-        cp.check_attention_paths({"profile": "full", "sizes": {"images": {"gd_steps": 500}}})
+        cp.check_chapter_sizes(ch4, {"profile": "full", "sizes": {"images": {"gd_steps": 500}}})
 
 
 # ---- stored results ----------------------------------------------------------------------------
