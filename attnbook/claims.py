@@ -207,22 +207,23 @@ def claims_markdown(summaries: Mapping[str, Mapping[str, Any]],
                     titles: Mapping[str, str] | None = None) -> str:
     """The *Claims and evidence* table: per chapter (headed by its title from ``titles``, else its
     id), one row per claim (statement, value and criterion, control, held-out result and what it
-    was measured on, figure)."""
+    was measured on; the figure is linked after the claim, so that four columns fit a phone)."""
     rows = []
     for chapter, summary in summaries.items():
         claims = summary.get("claims") or {}
         if not claims:
             continue
         rows += [f"## {(titles or {}).get(chapter, chapter)}", "",
-                 "| claim | value | control | held out | figure |",
-                 "| --- | --- | --- | --- | --- |"]
+                 "| claim (figure) | value | control | held out |",
+                 "| --- | --- | --- | --- |"]
         for _, r in sorted(claims.items()):
-            figure = f"{{numref}}`{r['figure']}`" if r.get("figure") else "–"
+            figure = f" ({{numref}}`{r['figure']}`)" if r.get("figure") else ""
             held = (f"{_num(r['heldout'])} ({_cell(r.get('heldout_what', ''))})"
                     if r["heldout"] is not None else "not checked in this build")
             rows.append(
-                f"| {_cell(r['statement'])} | {_num(r['value'])} ({_criterion_words(r['criterion'])}) | "
-                f"{_cell(r['control'])}: {_num(r.get('control_value'))} | {held} | {figure} |")
+                f"| {_cell(r['statement'])}{figure} | {_num(r['value'])} "
+                f"({_criterion_words(r['criterion'])}) | {_cell(r['control'])}: "
+                f"{_num(r.get('control_value'))} | {held} |")
         rows.append("")
     if not rows:
         return "No chapter has recorded a claim yet.\n"
