@@ -67,3 +67,13 @@ def point_book_at(root: Path, monkeypatch) -> None:
     from attnbook import layout
 
     monkeypatch.setattr(layout, "BOOK", layout.Book(root))
+
+
+def load_sitefixes():
+    """The site extension ``book/_ext/sitefixes.py`` as a module (it is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sitefixes", ROOT / "book" / "_ext" / "sitefixes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

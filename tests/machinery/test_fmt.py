@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from attnbook.fmt import fmt_sci, sci_parts, sci_range, sci_segments, sci_text
 
-from ..conftest import ROOT
+from ..conftest import load_sitefixes as _sitefixes
 
 
 @pytest.mark.parametrize(("x", "digits", "text", "latex"), [
@@ -65,13 +64,6 @@ def test_sci_segments():
         ("text", "up to an error of 1.2 × 10"), ("sup", "−5"), ("text", " here")]
     assert sci_segments("5.6 to 7.6") == [("text", "5.6 to 7.6")]
     assert sci_segments("") == [("text", "")]
-
-
-def _sitefixes():
-    spec = importlib.util.spec_from_file_location("sitefixes", ROOT / "book" / "_ext" / "sitefixes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_site_extension_typesets_glued_numbers_with_the_formatter():

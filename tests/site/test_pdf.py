@@ -10,13 +10,7 @@ import yaml
 from attnbook import colab as _colab
 
 from ..conftest import ROOT
-
-
-def _sitefixes():
-    spec = importlib.util.spec_from_file_location("sitefixes", ROOT / "book" / "_ext" / "sitefixes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from ..conftest import load_sitefixes as _sitefixes
 
 
 def test_every_book_macro_is_defined_for_latex():
