@@ -61,7 +61,7 @@ def install_spec(root: Path) -> str:
 
 def raw_files_url(root: Path) -> str:
     """Where the repository's files at the book's version are served (``<url>/raw/v<version>``);
-    :func:`attnlib._repo.committed_file` downloads benchmark records from there outside a clone."""
+    :func:`attnbook.repo.committed_file` downloads benchmark records from there outside a clone."""
     url, _ = repository(root)
     return f"{url}/raw/v{version(root)}"
 

@@ -1,6 +1,6 @@
 """The book's one plotting theme and a few figure helpers.
 
-Every chapter calls :func:`set_theme` through :func:`attnlib.start_chapter`: seaborn's
+Every chapter calls :func:`set_theme` through :func:`attnbook.start_chapter`: seaborn's
 colour-blind-safe palette, book-sized figures, SVG output in notebooks, no titles (captions live in
 the text). Theory is drawn as lines (:data:`THEORY_STYLE`), simulation as markers with error bars
 (:data:`SIM_STYLE`).

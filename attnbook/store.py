@@ -3,11 +3,11 @@
 Paper-scale (``full`` profile) results live in ``results/<chapter>/<name>.csv`` with
 ``<name>.provenance.json`` next to them; a ``full`` build loads them unless asked to recompute.
 The record holds the table's SHA-256 and the hashes of the attnlib code that produced it (the
-modules the chapter uses: its model module and the shared machinery, ``code``; and the whole
-package, ``code_hash``), and is sealed by a hash of its own contents: a table or record edited by
-hand is refused with a message naming the file; a table produced by older code is loaded with a
-visible note (``df.attrs["note"]``, for the figure caption, and the chapter summary's
-``stored_results``, for the reproducibility page). :func:`audit` lists every stored result.
+science modules the chapter imports, ``code``; and the whole package, ``code_hash``), and is
+sealed by a hash of its own contents: a table or record edited by hand is refused with a message
+naming the file; a table produced by older code is loaded with a visible note
+(``df.attrs["note"]``, for the figure caption, and the chapter summary's ``stored_results``, for
+the reproducibility page). :func:`audit` lists every stored result.
 """
 
 from __future__ import annotations
@@ -77,18 +77,17 @@ def _chapter_code(chapter: str) -> dict[str, str]:
     from .deps import code_hashes
 
     try:
-        code = code_hashes(chapter)
+        return code_hashes(chapter)
     except (ParameterError, OSError, SyntaxError, RuntimeError, ValueError, ImportError):
         # outside a clone (a wheel install, Colab) there is no chapter source to read
         return {}
-    return code
 
 
 def code_changes(record: Mapping[str, Any]) -> list[str]:
     """The attnlib modules changed since ``record``'s result was produced (empty: unchanged).
 
     Compares the recorded per-module hashes (``code``: the modules the chapter used, hashed by
-    :func:`~attnlib._runtime.module_hash`) with the files now; a record without them is compared
+    :func:`~attnbook.runs.module_hash`) with the files now; a record without them is compared
     by the hash of the whole package (``code_hash``).
     """
     code = record.get("code")
@@ -273,7 +272,7 @@ def stored_full(run: Run, name: str, results_dir: str | Path | None = None) -> p
     A ``quick`` build computes its tables live; where the ``full`` profile's table
     ``results/<chapter>/<name>.csv`` is stored, the chapter draws it on the same axes and states
     how well the two agree. Looked up in ``results_dir``, else ``$ATTNLIB_RESULTS_DIR``, else the
-    repository (:func:`~attnlib._repo.committed_file`: the checkout, or downloaded once where the
+    repository (:func:`~attnbook.repo.committed_file`: the checkout, or downloaded once where the
     notebook's install cell set ``$ATTNLIB_REPO_RAW``). Returns ``None`` when nothing is stored;
     a table without its provenance record, or a record without its table, is refused like an
     edited one (:class:`StoredResultError`, one line naming the file). Returns ``None``
@@ -285,25 +284,21 @@ def stored_full(run: Run, name: str, results_dir: str | Path | None = None) -> p
     if run.profile == "full":
         return None
     root = results_dir or os.environ.get("ATTNLIB_RESULTS_DIR")
-    if root:
-        path = Path(root) / run.chapter / f"{name}.csv"
-        found = [p.exists() for p in (path, path.with_suffix(".provenance.json"))]
-    else:
+
+    def locate(rel: str) -> Path | None:
+        if root:
+            return Path(root) / rel if (Path(root) / rel).exists() else None
         from .repo import committed_file
 
-        found = []
-        for rel in (f"results/{run.chapter}/{name}.csv", f"results/{run.chapter}/{name}.provenance.json"):
-            try:
-                located = committed_file(rel)
-                found.append(True)
-            except (FileNotFoundError, ValueError):
-                found.append(False)
-                continue
-            if rel.endswith(".csv"):
-                path = located
-    if not any(found):
+        try:
+            return committed_file(f"results/{rel}")
+        except (FileNotFoundError, ValueError):
+            return None
+
+    path = locate(f"{run.chapter}/{name}.csv")
+    if path is None and locate(f"{run.chapter}/{name}.provenance.json") is None:
         return None
-    if not found[0]:  # a record without its table: refused as a damaged store is
+    if path is None:  # a record without its table: refused as a damaged store is
         raise StoredResultError(f"results/{run.chapter}/{name}.csv is missing but its provenance record is "
                                 "there; restore it from git, or recompute it (parameter recompute=True)")
     df, record = load_result(path)  # a table without its record is refused here
