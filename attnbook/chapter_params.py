@@ -1,13 +1,16 @@
 """The checks of a chapter's ``sizes`` parameter that ``attnbook`` runs before a kernel starts.
 
 ``attnbook`` checks every parameter against the chapter's parameters cell (names, and types from
-the defaults). A chapter with a ``sizes`` parameter (chapters 3 and 4) gets one more check, the
-same for every chapter (:func:`check_chapter_sizes`): each entry must replace one of the
-chapter's ``PROFILE_SIZES`` literal, with a value of the kind written there, and fit in this
-machine's memory. Nothing here knows a particular chapter: the rules are read from the chapter
-source itself, so that the chapter stays the one place where its sizes are written. A chapter
-can still declare a check of its own, ``# attnbook: check attnlib.<module>:<function>`` in its
-parameters cell (:func:`attnbook.params.chapter_checks`).
+the defaults). Every chapter writes its sizes once, as a ``PROFILE_SIZES`` literal with a
+``quick`` and a ``full`` entry (each a ``dict(...)`` of sizes, or one config such as
+``rq.RandomQKConfig(...)``), and has a ``sizes`` parameter that replaces entries of it; it gets one
+more check, the same for every chapter (:func:`check_chapter_sizes`): each entry must replace one
+of the literal's entries (or config fields), with a value of the kind written there (or one the
+config accepts), and fit in this machine's memory. Nothing here knows a particular chapter: the
+rules are read from the chapter source itself, so that the chapter stays the one place where its
+sizes are written. A chapter can still declare a check of its own,
+``# attnbook: check attnlib.<module>:<function>`` in its parameters cell
+(:func:`attnbook.params.chapter_checks`).
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from dataclasses import asdict, is_dataclass, replace
 
 from attnlib._validation import ParameterError, check_bool, check_float, check_int
 
-__all__ = ["profile_sizes", "sizes_schema", "check_sizes", "check_chapter_sizes", "check_memory"]
+__all__ = ["profile_sizes", "sizes_schema", "profile_configs", "check_sizes", "check_chapter_sizes",
+           "check_memory"]
 
 
-def profile_sizes(profile_sizes: dict, profile: str, sizes: dict) -> dict:
+def profile_sizes(profile_sizes: dict, profile: str, sizes: dict):
     """The sizes a chapter runs with: its ``PROFILE_SIZES[profile]`` with the entries of the
-    ``sizes`` parameter replaced (a dict replaces fields of a dataclass config). Raises
-    :class:`~attnlib.ParameterError` on an entry the profile does not have."""
+    ``sizes`` parameter replaced (a dict replaces fields of a dataclass config). A profile written
+    as one config (``{"quick": rq.RandomQKConfig(), ...}``) comes back as that config with the
+    ``sizes`` entries as its fields. Raises :class:`~attnlib.ParameterError` on an entry the
+    profile does not have, and on a value the config refuses."""
+    if is_dataclass(profile_sizes[profile]):
+        return _replace_fields(profile_sizes[profile], sizes, "sizes")
     out = dict(profile_sizes[profile])
     unknown = sorted(set(sizes) - set(out))
     if unknown:
@@ -33,6 +41,19 @@ def profile_sizes(profile_sizes: dict, profile: str, sizes: dict) -> dict:
     for key, value in sizes.items():
         out[key] = replace(out[key], **value) if isinstance(value, dict) else value
     return out
+
+
+def _replace_fields(config, fields: dict, name: str):
+    """``dataclasses.replace(config, **fields)``, its refusals as one-line ParameterErrors."""
+    if not isinstance(fields, dict):
+        raise ParameterError(f"{name}={fields!r} must be a dict of {type(config).__name__} fields")
+    unknown = sorted(set(fields) - set(asdict(config)))
+    if unknown:
+        raise ParameterError(f"{name}: unknown entries {unknown}; known: {sorted(asdict(config))}")
+    try:
+        return replace(config, **fields)
+    except (TypeError, ValueError) as err:
+        raise ParameterError(f"{name}: {str(err).splitlines()[0]}") from None
 
 
 def _chapter_source(chapter: str) -> str:
@@ -86,12 +107,8 @@ def _merge_kinds(seen: tuple[str, str | None] | None, new: tuple[str, str | None
     return (kind + "?" if optional and kind not in ("none", "any") else kind), config
 
 
-def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tuple[str, str | None]]:
-    """``{entry: (kind, config class name)}`` of the sizes dict ``variable`` in a chapter source.
-
-    ``variable`` is a literal ``{"quick": dict(key=value, ...), "full": dict(...)}`` in one of the
-    chapter's code cells; an entry's kind is read from how its value is written.
-    """
+def _sizes_literal(source: str, variable: str = "PROFILE_SIZES") -> ast.Dict:
+    """The literal ``variable = {"quick": ..., "full": ...}`` in one of a chapter's code cells."""
     for block in source.split("```"):
         if variable not in block:
             continue
@@ -104,14 +121,53 @@ def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tupl
             if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == variable
                                                      for t in node.targets)
                     and isinstance(node.value, ast.Dict)):
-                schema: dict[str, tuple[str, str | None]] = {}
-                for profile in node.value.values:
-                    if isinstance(profile, ast.Call):
-                        for kw in profile.keywords:
-                            if kw.arg is not None:
-                                schema[kw.arg] = _merge_kinds(schema.get(kw.arg), _kind(kw.value))
-                return {k: ("any", None) if v[0] == "none" else v for k, v in schema.items()}
+                return node.value
     raise ParameterError(f"the chapter defines no {variable} literal to check 'sizes' against")
+
+
+def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tuple[str, str | None]]:
+    """``{entry: (kind, config class name)}`` of the sizes dict ``variable`` in a chapter source.
+
+    ``variable`` is a literal ``{"quick": dict(key=value, ...), "full": dict(...)}`` in one of the
+    chapter's code cells; an entry's kind is read from how its value is written.
+    """
+    schema: dict[str, tuple[str, str | None]] = {}
+    for profile in _sizes_literal(source, variable).values:
+        if isinstance(profile, ast.Call):
+            for kw in profile.keywords:
+                if kw.arg is not None:
+                    schema[kw.arg] = _merge_kinds(schema.get(kw.arg), _kind(kw.value))
+    return {k: ("any", None) if v[0] == "none" else v for k, v in schema.items()}
+
+
+def profile_configs(source: str, configs, variable: str = "PROFILE_SIZES") -> dict | None:
+    """``{profile: config}`` when each profile of the chapter's sizes literal is one config
+    (``{"quick": rq.RandomQKConfig(), "full": rq.RandomQKConfig(d=12, ...)}``), built from the
+    literal (its keyword values are literals) with the class found in ``configs``; else None."""
+    literal = _sizes_literal(source, variable)
+    out = {}
+    for key, call in zip(literal.keys, literal.values, strict=True):
+        if not (isinstance(call, ast.Call) and _kind(call)[0] == "config"):
+            return None
+        out[ast.literal_eval(key)] = _build(call, configs)
+    return out
+
+
+def _build(call: ast.Call, configs):
+    """The config a literal ``SomeConfig(field=literal, ...)`` of a chapter's sizes makes."""
+    cls = getattr(configs, _kind(call)[1])
+    return cls(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
+
+
+def profile_bases(source: str, configs, profile: str, variable: str = "PROFILE_SIZES") -> dict:
+    """``{entry: config}`` for the entries of ``profile`` written as one config call
+    (``markov=ap.MarkovConfig(P=600, ...)``): what a ``sizes`` dict for that entry replaces."""
+    literal = _sizes_literal(source, variable)
+    for key, value in zip(literal.keys, literal.values, strict=True):
+        if ast.literal_eval(key) == profile and isinstance(value, ast.Call):
+            return {kw.arg: _build(kw.value, configs) for kw in value.keywords
+                    if isinstance(kw.value, ast.Call) and _kind(kw.value)[0] == "config"}
+    return {}
 
 
 #: Arrays a config's sizes imply, by config class: tuples of its integer fields whose product is
@@ -153,9 +209,12 @@ def check_memory(name: str, value) -> None:
                              f"machine has {_bytes(have)}")
 
 
-def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profile: str = "quick") -> None:
+def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profile: str = "quick",
+                bases: dict | None = None) -> None:
     """Check a ``sizes`` override dict against :func:`sizes_schema` (one-line ParameterError); an
-    entry of a ``*_PROFILES`` dict is checked against that dict's config for ``profile``."""
+    entry written as a config is checked against that profile's config (``bases``, from
+    :func:`profile_bases`; else the class's defaults), an entry of a ``*_PROFILES`` dict against
+    that dict's config for ``profile``."""
     if not isinstance(sizes, dict):
         raise ParameterError(f"sizes={sizes!r} must be a dict such as {{'pd_d': 16}}")
     unknown = sorted(set(sizes) - set(schema))
@@ -169,7 +228,7 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
             kind = kind[:-1]
         if kind in ("config", "profile"):
             if kind == "config":
-                base = getattr(configs, config)()
+                base = (bases or {}).get(key) or getattr(configs, config)()
             else:
                 profiles = getattr(configs, config)
                 base = profiles.get(profile, next(iter(profiles.values())))
@@ -235,4 +294,9 @@ def check_chapter_sizes(chapter: str, params: dict) -> None:
     if sizes == {}:
         return
     configs = _Configs([importlib.import_module(m) for m in sorted(chapter_modules(chapter))])
-    check_sizes(sizes, sizes_schema(_chapter_source(chapter)), configs, params.get("profile", "quick"))
+    source, profile = _chapter_source(chapter), params.get("profile", "quick")
+    whole = profile_configs(source, configs)
+    if whole is not None:  # each profile is one config: `sizes` holds its fields
+        check_memory("sizes", _replace_fields(whole[profile], sizes, "sizes"))
+        return
+    check_sizes(sizes, sizes_schema(source), configs, profile, profile_bases(source, configs, profile))

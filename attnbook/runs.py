@@ -36,6 +36,7 @@ __all__ = [
     "source_hash",
     "module_hash",
     "SEED_MAX",
+    "SEED_STRIDE",
     "git_commit",
     "device_name",
 ]
@@ -44,6 +45,8 @@ PROFILES = ("quick", "full")
 DEVICES = ("auto", "cpu", "cuda")
 #: Largest accepted ``seed`` (NumPy's legacy generator takes 32-bit seeds; offsets stay in range).
 SEED_MAX = 2**32 - 1
+#: Streams per seed (:meth:`Run.seed_for`): ``SEED_STRIDE * SEED_MAX`` stays below 2**63.
+SEED_STRIDE = 10**9
 #: the science package: every file in it is result code
 _PACKAGE_DIR = Path(attnlib.__file__).resolve().parent
 
@@ -167,7 +170,7 @@ class Run:
     device : torch.device
         Where tensors are created.
     seed : int
-        Base seed; :meth:`generator` derives independent streams from it.
+        Base seed; :meth:`seed_for` derives the seed of each random stream from it.
     sweep_dir : pathlib.Path
         Where :func:`attnbook.sweep` checkpoints finished points (``<name>.<sweep key>.jsonl``).
     """
@@ -180,10 +183,23 @@ class Run:
     started: float = field(default_factory=time.perf_counter)
     records: dict = field(default_factory=dict)
 
-    def generator(self, offset: int = 0) -> torch.Generator:
-        """A fresh :class:`torch.Generator` on :attr:`device`, seeded with ``seed + offset``."""
+    def seed_for(self, stream: int = 0) -> int:
+        """The seed of random stream ``stream`` of this run, the book's one seed rule:
+        ``SEED_STRIDE * seed + stream``.
+
+        A chapter numbers its streams (replicate ``s`` of an experiment, block ``b`` of a sweep,
+        the data draw of a task) and takes each seed from here, so that seed 0 gives the streams
+        0, 1, 2, ... and runs with different ``seed`` never share one (``0 <= stream <
+        SEED_STRIDE``). The result fits :meth:`torch.Generator.manual_seed` and NumPy's
+        ``default_rng``.
+        """
+        stream = check_int("stream", stream, minimum=0, maximum=SEED_STRIDE - 1)
+        return SEED_STRIDE * self.seed + stream
+
+    def generator(self, stream: int = 0) -> torch.Generator:
+        """A fresh :class:`torch.Generator` on :attr:`device`, seeded with :meth:`seed_for`."""
         gen = torch.Generator(device=self.device)
-        gen.manual_seed(self.seed + offset)
+        gen.manual_seed(self.seed_for(stream))
         return gen
 
     def record(self, **values: Any) -> None:

@@ -71,9 +71,14 @@ def point_book_at(root: Path, monkeypatch) -> None:
 
 def load_sitefixes():
     """The site extension ``book/_ext/sitefixes.py`` as a module (it is not a package)."""
+    return load_extension("sitefixes")
+
+
+def load_extension(name: str):
+    """The local Sphinx extension ``book/_ext/<name>.py`` as a module (it is not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sitefixes", ROOT / "book" / "_ext" / "sitefixes.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "book" / "_ext" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

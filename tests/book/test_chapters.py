@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from attnbook.params import toc_chapters
 
-from ..conftest import EXECUTED
+from ..conftest import EXECUTED, ROOT, _need, load_extension
 
 pytestmark = pytest.mark.book
 
@@ -99,3 +100,22 @@ def test_chapter0_quick_run_agrees_with_the_stored_full_run(summaries):
     # max of ~24 differences in combined standard errors: above 4.5 has probability < 2e-4
     assert s["neff_full_max_z"] < 4.5
     assert s["neff_full_max_rel_diff"] < 0.1
+
+
+#: a {paper-scale} block of a chapter: its marker and its body (book/_ext/paperscale.py)
+PAPER_SCALE = re.compile(r"^(`{3,})\{paper-scale\}\s+(\S+)\s*\n(.*?)^\1\s*$", re.M | re.S)
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_paper_scale_blocks_have_every_number_they_quote(chapter):
+    """A quick run that read a stored table glues the block's marker and then every number of its
+    body (the site build checks the same, page by page; this names the chapter and the keys)."""
+    GLUE_REF = load_extension("paperscale").GLUE_REF
+    nb = json.loads(_need(EXECUTED / f"{chapter}.ipynb").read_text())
+    glued = {out["metadata"]["scrapbook"]["name"] for cell in nb["cells"] if cell["cell_type"] == "code"
+             for out in cell.get("outputs", []) if "scrapbook" in out.get("metadata", {})}
+    source = (ROOT / "chapters" / f"{chapter}.md").read_text()
+    for _fence, marker, body in PAPER_SCALE.findall(source):
+        if marker in glued:
+            missing = sorted(set(GLUE_REF.findall(body)) - glued)
+            assert not missing, f"{chapter}: paper-scale block {marker} shown without {missing}"

@@ -361,6 +361,33 @@ def test_profile_sizes_replaces_entries_and_config_fields_and_refuses_unknown_on
         ab.profile_sizes(profiles, "quick", {"drows": 1})
 
 
+def test_a_profile_written_as_one_config_takes_its_fields_as_sizes(tmp_path, monkeypatch):
+    """Chapters 1 and 2 write each profile as one config: `sizes` replaces its fields, checked
+    against the profile that runs (its own literal), before a kernel starts."""
+    import attnbook as ab
+    from attnbook import chapter_params as cp
+    from attnlib import random_qk as rq
+
+    profiles = {"quick": rq.RandomQKConfig(), "full": rq.RandomQKConfig(d=12, N=8, N_list=(2, 8))}
+    cfg = ab.profile_sizes(profiles, "full", {"seeds": 2})
+    assert cfg.seeds == 2 and cfg.d == 12 and profiles["full"].seeds != 2
+    with pytest.raises(ParameterError, match=r"sizes: unknown entries \['sedes'\]"):
+        ab.profile_sizes(profiles, "quick", {"sedes": 2})
+    text = myst_chapter("Tiny", "profile = 'quick'\nsizes = {}",
+                        "import attnlib.random_qk as rq\n"
+                        "PROFILE_SIZES = {'quick': rq.RandomQKConfig(),\n"
+                        "                 'full': rq.RandomQKConfig(d=12, N=8, N_list=(2, 8))}")
+    point_book_at(tiny_book(tmp_path, "97-tiny", text), monkeypatch)
+    cp.check_chapter_sizes("97-tiny", {"sizes": {"seeds": 2}})
+    cp.check_chapter_sizes("97-tiny", {"profile": "full", "sizes": {"N": 2}})  # 2 is in full's N_list
+    with pytest.raises(ParameterError, match="N"):  # ... not in quick's
+        cp.check_chapter_sizes("97-tiny", {"sizes": {"N": 8, "N_list": (2, 4)}})
+    with pytest.raises(ParameterError, match=r"unknown entries \['sedes'\]"):
+        cp.check_chapter_sizes("97-tiny", {"sizes": {"sedes": 2}})
+    with pytest.raises(ParameterError, match="memory"):
+        cp.check_chapter_sizes("97-tiny", {"sizes": {"n_test": 10**15}})
+
+
 def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
     from attnbook import chapter_params as cp
 

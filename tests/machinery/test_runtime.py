@@ -98,6 +98,22 @@ def test_run_generators_are_reproducible_and_distinct(tmp_path, monkeypatch):
     assert not torch.equal(a, torch.randn(4, generator=run.generator(2)))
 
 
+def test_one_seed_rule_numbers_the_streams_of_seed_0_and_keeps_seeds_apart(tmp_path, monkeypatch):
+    from attnbook.runs import SEED_MAX, SEED_STRIDE
+
+    monkeypatch.chdir(tmp_path)
+    zero = ab.start_chapter("t", seed=0, quiet=True)
+    assert [zero.seed_for(s) for s in range(3)] == [0, 1, 2]  # stored tables use seed 0's streams
+    streams = {ab.start_chapter("t", seed=k, quiet=True).seed_for(s) for k in range(3) for s in (0, 7, 3500)}
+    assert len(streams) == 9  # no two (seed, stream) pairs share a seed
+    top = ab.start_chapter("t", seed=SEED_MAX, quiet=True).seed_for(SEED_STRIDE - 1)
+    torch.Generator().manual_seed(top)  # the largest seed still fits a generator
+    with pytest.raises(ab.ParameterError, match="stream"):
+        zero.seed_for(SEED_STRIDE)
+    assert torch.equal(torch.randn(3, generator=zero.generator(5)),
+                       torch.randn(3, generator=torch.Generator().manual_seed(zero.seed_for(5))))
+
+
 def test_source_hash_is_stable():
     assert source_hash() == source_hash()
     assert len(source_hash()) == 64
