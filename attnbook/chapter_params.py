@@ -22,8 +22,8 @@ from dataclasses import asdict, is_dataclass, replace
 
 from attnlib._validation import ParameterError, check_bool, check_float, check_int
 
-__all__ = ["profile_sizes", "sizes_schema", "profile_configs", "check_sizes", "check_chapter_sizes",
-           "check_memory"]
+__all__ = ["profile_sizes", "chapter_sizes", "sizes_schema", "profile_configs", "check_sizes",
+           "check_chapter_sizes", "check_memory"]
 
 
 def profile_sizes(profile_sizes: dict, profile: str, sizes: dict):
@@ -151,6 +151,30 @@ def profile_configs(source: str, configs, variable: str = "PROFILE_SIZES") -> di
             return None
         out[ast.literal_eval(key)] = _build(call, configs)
     return out
+
+
+def chapter_sizes(chapter: str, profile: str = "quick"):
+    """``PROFILE_SIZES[profile]`` of a chapter, evaluated outside the notebook (for benchmarks and
+    tests): the literal is read from the chapter source and evaluated with only the chapter's own
+    imports of ``attnlib``, NumPy and ``math`` in scope."""
+    source = _chapter_source(chapter)
+    literal = _sizes_literal(source)
+    namespace: dict = {}
+    for block in source.split("```{code-cell}")[1:]:
+        code = "\n".join(ln for ln in block.split("```", 1)[0].splitlines()[1:] if not ln.startswith(":"))
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if names and all(n.split(".")[0] in ("attnlib", "numpy", "math", "dataclasses") for n in names):
+                exec(compile(ast.Module([node], []), chapter, "exec"), namespace)  # noqa: S102
+    profiles = eval(compile(ast.Expression(literal), chapter, "eval"), namespace)  # noqa: S307
+    if profile not in profiles:
+        raise ParameterError(f"{chapter}: no {profile!r} entry in PROFILE_SIZES; known: {sorted(profiles)}")
+    return profiles[profile]
 
 
 def _build(call: ast.Call, configs):

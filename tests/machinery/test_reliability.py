@@ -388,6 +388,16 @@ def test_a_profile_written_as_one_config_takes_its_fields_as_sizes(tmp_path, mon
         cp.check_chapter_sizes("97-tiny", {"sizes": {"n_test": 10**15}})
 
 
+def test_chapter_sizes_are_read_from_the_chapter_outside_the_notebook():
+    from attnbook import chapter_params as cp
+
+    full = cp.chapter_sizes("03-positional-semantic", "full")
+    assert full["sim"].d == 1000 and full["sim"].n_seeds == 24  # the paper's GD sizes
+    assert cp.chapter_sizes("03-positional-semantic")["sim"].d < 1000
+    with pytest.raises(ParameterError, match="no 'huge' entry"):
+        cp.chapter_sizes("03-positional-semantic", "huge")
+
+
 def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
     from attnbook import chapter_params as cp
 
