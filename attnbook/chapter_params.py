@@ -180,7 +180,8 @@ def chapter_sizes(chapter: str, profile: str = "quick"):
 def _build(call: ast.Call, configs):
     """The config a literal ``SomeConfig(field=literal, ...)`` of a chapter's sizes makes."""
     cls = getattr(configs, _kind(call)[1])
-    return cls(**{kw.arg: ast.literal_eval(kw.value) for kw in call.keywords})
+    return cls(**{kw.arg: _build(kw.value, configs) if isinstance(kw.value, ast.Call)
+                  and _kind(kw.value)[0] == "config" else ast.literal_eval(kw.value) for kw in call.keywords})
 
 
 def profile_bases(source: str, configs, profile: str, variable: str = "PROFILE_SIZES") -> dict:
