@@ -21,11 +21,22 @@ two science files, each by imports only: ``attnlib/__init__.py`` (no machinery r
 Run from a clone with the pre-move commit in its history::
 
     python -m attnbook.migrate machinery-split --from c82cbaa
+
+``sizes-into-chapters`` (2026-12-06). Each chapter writes its sizes once, in its own
+``PROFILE_SIZES`` (issue 37's "one chapter kit"); the size tables the science modules held
+(``PROFILES`` in ``random_qk.py`` and ``mha.py``, ``SIM_PROFILES``, ``MARKOV_PROFILES``,
+``IMAGE_PROFILES``, ``GLYPH_PROFILES``) moved into the chapters with the same values. The
+migration accepts a changed module only when its code at ``--from``, with those tables and their
+names (assignments, imports, ``__all__`` entries) taken out, is the module's code now (compared as
+the code hash compares it, docstrings aside)::
+
+    python -m attnbook.migrate sizes-into-chapters --from <the commit before the move>
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as _dt
 import json
 import subprocess
@@ -34,10 +45,10 @@ from pathlib import Path
 
 from .deps import code_hashes
 from .layout import current
-from .runs import code_hash, source_hash
+from .runs import _strip_docstrings, code_hash, source_hash
 from .store import RESULTS_DIR, _atomic_write, _seal, load_result
 
-__all__ = ["MIGRATIONS", "machinery_split"]
+__all__ = ["MIGRATIONS", "machinery_split", "sizes_into_chapters"]
 
 #: modules the store did not compare at the pre-move commit (its ``NOT_RESULT_CODE``): records
 #: list them with whatever hash they had when the table was stored
@@ -99,7 +110,79 @@ def machinery_split(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> 
     return rewritten
 
 
-MIGRATIONS = {"machinery-split": machinery_split}
+#: the size tables that moved from the science modules into the chapters' PROFILE_SIZES
+SIZE_TABLES = frozenset({"PROFILES", "SIM_PROFILES", "MARKOV_PROFILES", "IMAGE_PROFILES", "GLYPH_PROFILES"})
+
+
+class _DropNames(ast.NodeTransformer):
+    """Take ``names`` out of a module: their assignments, imports and ``__all__`` entries."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def visit_Assign(self, node):
+        if all(isinstance(t, ast.Name) and t.id in self.names for t in node.targets):
+            return None
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) and isinstance(
+                node.value, ast.List | ast.Tuple):
+            node.value.elts = [e for e in node.value.elts
+                               if not (isinstance(e, ast.Constant) and e.value in self.names)]
+        return node
+
+    def visit_ImportFrom(self, node):
+        node.names = [a for a in node.names if a.name not in self.names]
+        return node if node.names else None
+
+
+def without_size_tables(source: bytes) -> str:
+    """The code of a module (as :func:`attnbook.runs.code_hash` reads it) without :data:`SIZE_TABLES`."""
+    tree = _DropNames(SIZE_TABLES).visit(_strip_docstrings(ast.parse(source)))
+    return ast.dump(tree)
+
+
+def sizes_into_chapters(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> list[Path]:
+    """Rewrite the science hashes of every record whose modules changed only by losing their size
+    tables (see the module docstring). Refuses, naming the record, when a recorded hash does not
+    match its file at ``commit`` or a module changed in any other way."""
+    root = current().root
+    rewritten = []
+    for meta in sorted(Path(results_dir).glob("*/*.provenance.json")):
+        table = meta.with_name(meta.name.replace(".provenance.json", ".csv"))
+        _, record = load_result(table)  # verified: seal and checksum
+        if any(m.get("name") == "sizes-into-chapters" for m in record.get("migrations", [])):
+            continue
+        old = dict(record.get("code") or {})
+        changed = {}
+        for rel, digest in old.items():
+            proc = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True)
+            if proc.returncode != 0 or code_hash(proc.stdout)[: len(digest)] != digest:
+                raise RuntimeError(f"{meta}: {rel} was already changed at {commit}; recompute the table")
+            now = (root / rel).read_bytes()
+            if code_hash(now)[: len(digest)] == digest:
+                continue
+            if without_size_tables(proc.stdout) != without_size_tables(now):
+                raise RuntimeError(f"{meta}: {rel} changed since {commit} beyond its size tables")
+            changed[rel] = [digest, code_hash(now)[: len(digest)]]
+        if not changed:
+            continue
+        note = {
+            "name": "sizes-into-chapters",
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+            "from_commit": commit,
+            "removed": {}, "added": [],
+            "changed": changed,
+            "code_hash_before": record.get("code_hash"),
+        }
+        record = dict(record, code={**old, **{rel: new for rel, (_, new) in changed.items()}},
+                      code_hash=source_hash(), migrations=[*record.get("migrations", []), note])
+        _atomic_write(meta, (json.dumps(_seal(record), indent=2) + "\n").encode())
+        rewritten.append(meta)
+        log(f"{meta.relative_to(Path(results_dir).parent)}: {len(changed)} module(s) lost only their "
+            f"size tables: {', '.join(sorted(changed))}")
+    return rewritten
+
+
+MIGRATIONS = {"machinery-split": machinery_split, "sizes-into-chapters": sizes_into_chapters}
 
 
 def main(argv: list[str] | None = None) -> int:

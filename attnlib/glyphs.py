@@ -46,7 +46,6 @@ from ._validation import ParameterError, check_float, check_int
 __all__ = [
     "SCRIPTS",
     "GlyphConfig",
-    "GLYPH_PROFILES",
     "GlyphSet",
     "make_glyphs",
     "glyph_cache_dir",
@@ -131,12 +130,6 @@ class GlyphConfig:
         check_float("noise", self.noise, minimum=0.0, maximum=1.0)
         check_float("duplicate_corr", self.duplicate_corr, minimum=0.0, maximum=1.0, strict=True)
         check_int("seed", self.seed, minimum=0)
-
-
-GLYPH_PROFILES = {
-    "quick": GlyphConfig(n_drawers=20),
-    "full": GlyphConfig(n_drawers=20),
-}
 
 
 @dataclass(frozen=True)

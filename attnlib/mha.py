@@ -30,7 +30,6 @@ from .attention import softmax
 
 __all__ = [
     "MHAConfig",
-    "PROFILES",
     "Body",
     "attention_weights",
     "mha_forward",
@@ -74,7 +73,7 @@ DTYPE = torch.float64
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MHAConfig:
-    """Sizes of the chapter's experiments (one instance per profile, see :data:`PROFILES`)."""
+    """Sizes of the chapter's experiments (Chapter 2 writes one per profile, its ``PROFILE_SIZES``)."""
 
     d: int = 8  # token dimension of the recovery experiments
     k: int = 3  # tokens per sequence of the recovery experiments
@@ -134,18 +133,6 @@ class MHAConfig:
             check_int("hard_dims", dim, minimum=3)
         for r in self.hard_heads:
             check_int("hard_heads", r, minimum=1)
-
-
-PROFILES = {
-    "quick": MHAConfig(),
-    "full": MHAConfig(
-        n_ablation=4000, ablation_instances=20, ablation_heads=(1, 2, 3), sharp_instances=20,
-        sharp_heads=(2, 3), polish_examples=1000, n_test=20_000,
-        body_examples=(250, 1000, 4000, 16000, 64000), limit_dims=(4, 5, 6, 7, 8),
-        limit_instances=8, moment_samples=400_000, regime_samples=20_000, adam_steps=6_000,
-        adam_max_steps=20_000, adam_seeds=8, adam_train=50_000, hard_dims=(6, 12, 24, 48),
-    ),
-}
 
 
 def _t(x, device=None) -> torch.Tensor:

@@ -39,7 +39,6 @@ from ._validation import ParameterError, check_choice, check_float, check_int
 
 __all__ = [
     "RandomQKConfig",
-    "PROFILES",
     "sample_tokens",
     "augment",
     "sample_qk",
@@ -145,24 +144,6 @@ class RandomQKConfig:
             check_float("bias_list", c, minimum=0.0)
         for lam in self.lambdas:
             check_float("lambdas", lam, minimum=0.0)
-
-
-PROFILES = {
-    # 2-core CPU, whole chapter within ~2 minutes of CPU time
-    "quick": RandomQKConfig(),
-    # one data-centre GPU (paper-like scale; the paper's own sizes could not be checked)
-    "full": RandomQKConfig(
-        d=12, N_list=(2, 4, 8, 16), N=8, n_list=(128, 256, 512, 1024, 2048, 4096, 8192),
-        n_val=2000, n_test=2000, heads=2000,
-        heads_list=(16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
-        mc_heads=(10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000),
-        mc_sequences=16, mc_repeats=50, small_d=6, small_N=4,
-        small_n_list=(50, 100, 200, 400, 800, 1600, 3200, 6400), seeds=5, brfa_seeds=8,
-        floor_N=3, floor_n_list=(50, 100, 200, 400, 800, 1600, 3200), floor_n_val=2000,
-        floor_n_test=4000, s2r_N_list=(2, 4, 8, 16, 32), s2r_d_list=(3, 4, 6, 8, 12),
-        spec_n_cov=400000, spec_n_proj=1000000,
-    ),
-}
 
 
 # --------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from .counting import HistogramConfig, HistogramTransformer, histogram_data, tra
 from .model import A_ALTERNATIVE, A_STANDARD, BRANCH_INITS, BRANCHES, branch_init
 from .quadrature import branch_symmetries, fold_nodes, gauss_hermite_4d, sobol_gaussian
 from .reference import reference_channel_hats, reference_nodes, reference_solve, stroud_secrest_12
-from .simulation import INITS, SIM_PROFILES, SimConfig, draw_problem, fit_linear_baseline, train_attention
+from .simulation import INITS, SimConfig, draw_problem, fit_linear_baseline, train_attention
 from .theory import FixedPoints, TheoryConfig, find_crossing, solve_fixed_points
 from .transition import critical_alpha, grid_rows, lowest_fixed_points, lowest_on_grid, transition_rows
 
@@ -85,7 +85,6 @@ __all__ = [
     "transition_rows",
     "grid_rows",
     "SimConfig",
-    "SIM_PROFILES",
     "INITS",
     "draw_problem",
     "train_attention",

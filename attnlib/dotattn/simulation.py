@@ -41,12 +41,6 @@ class SimConfig:
         check_int("rank", self.rank, minimum=1)
 
 
-SIM_PROFILES = {
-    "quick": SimConfig(d=200, n_seeds=2, steps=2000, n_test=4000),
-    "full": SimConfig(d=1000, n_seeds=24, steps=5000, n_test=50_000),
-}
-
-
 def draw_problem(n: int, d: int, n_seeds: int, sigma: float, gen: torch.Generator,
                  device, dtype=_DT):
     """Raw tokens ``Z`` of shape (S, n, 2, d), student inputs ``X = Z + P`` and teacher ``Q*`` (S, d).

@@ -40,7 +40,6 @@ from .action import (
     ua_closed_form,
 )
 from .images import (
-    IMAGE_PROFILES,
     Episodes,
     ICLAttentionNet,
     ImageTaskConfig,
@@ -64,7 +63,6 @@ from .kernels import (
     top_pc_label_fraction,
 )
 from .markov import (
-    MARKOV_PROFILES,
     PATH_NAMES_4,
     MarkovTaskConfig,
     make_markov_data,
@@ -114,7 +112,6 @@ __all__ = [
     "solve_to_tolerance",
     # hidden-Markov-chain task
     "MarkovTaskConfig",
-    "MARKOV_PROFILES",
     "make_markov_data",
     "markov_heads",
     "markov_attention",
@@ -127,7 +124,6 @@ __all__ = [
     "PathPosterior",
     # one-shot image task (glyphs)
     "ImageTaskConfig",
-    "IMAGE_PROFILES",
     "Episodes",
     "patch_tokens",
     "make_episodes",

@@ -29,7 +29,6 @@ from .model import DTYPE, path_features
 
 __all__ = [
     "ImageTaskConfig",
-    "IMAGE_PROFILES",
     "Episodes",
     "patch_tokens",
     "make_episodes",
@@ -84,20 +83,6 @@ class ImageTaskConfig:
         check_int("gd_warmup", self.gd_warmup, minimum=0, maximum=self.gd_steps - 1)
         if self.gd_schedule not in ("constant", "cosine"):
             raise ParameterError(f"gd_schedule={self.gd_schedule!r} must be 'constant' or 'cosine'")
-
-
-IMAGE_PROFILES = {
-    # each pool episode is drawn about 2 (quick) or 6 (full) times: a pool drawn many more times is
-    # memorised (8 draws per episode: 83% on the pool, 75% on unseen scripts in quick).
-    # qk_dim = 32 of N0 = 49: the paper's ratio G / N0 (128 of 192). Rank-16 forms cannot match a
-    # query patch to its support patch across most of the patch space (quick: 76-83% with G = 16,
-    # only 4-5 points above the GP of their own attention for two of three seeds)
-    "quick": ImageTaskConfig(
-        width=64, gd_steps=2000, gd_batch=32, gd_schedule="cosine", gd_warmup=200,
-        n_pool=32000, P=200, n_val=500,
-    ),
-    "full": ImageTaskConfig(gd_schedule="cosine", gd_warmup=600, n_pool=120000),
-}
 
 
 @dataclass(frozen=True)

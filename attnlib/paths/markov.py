@@ -47,12 +47,6 @@ class MarkovTaskConfig:
         return self.D + self.n_tok
 
 
-MARKOV_PROFILES = {
-    "quick": MarkovTaskConfig(),
-    "full": MarkovTaskConfig(),
-}
-
-
 def _markov_states(n_seq: int, n_vis: int, p_stay: torch.Tensor, gen) -> torch.Tensor:
     s = torch.empty(n_seq, n_vis, dtype=DTYPE)
     s[:, 0] = torch.where(torch.rand(n_seq, generator=gen, dtype=DTYPE) < 0.5, 1.0, -1.0)
