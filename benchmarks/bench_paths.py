@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 import attnlib
+from attnbook.chapter_params import chapter_sizes
 from attnbook.runs import git_commit
 from attnlib import paths as ap
 
@@ -130,7 +131,7 @@ def glyph_image_task(P: int = 600, seed: int = 0):
     """The chapter's glyph task at P training episodes: the attention of a network trained by
     gradient descent with the ``quick`` image profile (training seed ``seed``), its path features
     of the first P episodes of the training pool, and their labels (N0 = 49, 48 tokens, 16 paths)."""
-    icfg = ap.IMAGE_PROFILES["quick"]
+    icfg = chapter_sizes("04-attention-paths", "quick")["images"]
     glyphs = attnlib.glyphs.make_glyphs(icfg.glyphs)
     g = torch.Generator().manual_seed(seed + 7)  # the chapter's data generator
     pool = ap.make_episodes(glyphs, icfg.n_pool, "train", g, icfg.patch)

@@ -49,6 +49,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from attnbook.chapter_params import chapter_sizes  # noqa: E402  (the sizes each chapter writes)
 from attnbook.tables import MEASURED, record_measured  # noqa: E402  (CPU seconds of the tables computed)
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -80,7 +81,7 @@ def probe_ch1_curves() -> dict:
     """Chapter 1 kernel learning curves (one seed, N = 8) at n_max = 1024, 2048, 4096."""
     from attnlib import random_qk as rq
 
-    full = rq.PROFILES["full"]
+    full = chapter_sizes("01-random-features", "full")
     out = {}
     for n_max in (1024, 2048, 4096):
         out[str(n_max)] = _cpu(rq.kernel_curves_point, d=full.d, N=8,
@@ -94,7 +95,7 @@ def probe_ch1_mc() -> dict:
     """Chapter 1 kernel Monte Carlo: the one full point."""
     from attnlib import random_qk as rq
 
-    full = rq.PROFILES["full"]
+    full = chapter_sizes("01-random-features", "full")
     s = _cpu(rq.kernel_mc_point, d=full.d, N=full.N, sequences=full.mc_sequences,
              heads=list(full.mc_heads), repeats=full.mc_repeats, seed=0)
     print(f"ch1-mc: {s:.1f} CPU s", flush=True)
@@ -105,7 +106,7 @@ def probe_ch1_heads() -> dict:
     """Chapter 1 heads sweep at n_max = 1024 with heads up to 2048 (cost ~ rows x n_max x M)."""
     from attnlib import random_qk as rq
 
-    full = rq.PROFILES["full"]
+    full = chapter_sizes("01-random-features", "full")
     heads = [m for m in full.heads_list if m <= 2048]
     s = _cpu(rq.heads_sweep_point, d=full.d, N=full.N, n_list=[1024], n_val=full.n_val,
              n_test=full.n_test, seed=0, lambdas=list(full.lambdas), heads_list=heads)
@@ -118,7 +119,7 @@ def probe_ch1_brfa() -> dict:
     and the crossing experiment at n_max = 800 (cost ~ rows x n_max x heads)."""
     from attnlib import random_qk as rq
 
-    full = rq.PROFILES["full"]
+    full = chapter_sizes("01-random-features", "full")
     brfa = _cpu(rq.heads_curves_point, d=full.d, N=full.N, n_list=[n for n in full.n_list if n <= 1024],
                 n_val=full.n_val, n_test=full.n_test, seed=0, lambdas=list(full.lambdas),
                 heads=full.heads, biases=list(full.bias_list))
@@ -185,7 +186,7 @@ def probe_ch4_images() -> dict:
     from attnlib import glyphs as ag
     from attnlib import paths as ap
 
-    cfg = ap.IMAGE_PROFILES["full"]
+    cfg = chapter_sizes("04-attention-paths", "full")["images"]
     glyph_set = ag.make_glyphs(cfg.glyphs)
     g = torch.Generator().manual_seed(0)
     pool = ap.make_episodes(glyph_set, 4000, "train", g, cfg.patch)
@@ -239,11 +240,9 @@ def quick_sweeps() -> dict:
 # ---- estimates ---------------------------------------------------------------------------------
 def estimates(probes: dict, quick: dict) -> list[dict]:
     """One row per table of the `full` profile: points, basis, estimated CPU seconds (one core)."""
-    from attnlib import mha
-    from attnlib import random_qk as rq
 
-    q1, f1 = rq.PROFILES["quick"], rq.PROFILES["full"]
-    q2, f2 = mha.PROFILES["quick"], mha.PROFILES["full"]
+    q1, f1 = (chapter_sizes("01-random-features", p) for p in ("quick", "full"))
+    q2, f2 = (chapter_sizes("02-provable-mha", p) for p in ("quick", "full"))
     bench3 = json.loads((RESULTS / "bench_dotattn.json").read_text())
     bench4 = json.loads((RESULTS / "bench_paths.json").read_text())
     rows = []
@@ -395,9 +394,8 @@ def estimates(probes: dict, quick: dict) -> list[dict]:
     row("04", "glyphs-theory (10 widths x 10 temperatures, and the GP limit; one network)", im["n_grid"],
         f"committed benchmark: {im['ours_cpu_s_per_point']:.0f} CPU s a point at P = {im['P']}",
         im["ours_cpu_s_grid_estimated"], "yes")
-    from attnlib import paths as ap
 
-    icfg = ap.IMAGE_PROFILES["full"]
+    icfg = chapter_sizes("04-attention-paths", "full")["images"]
     seeds, temps, n_prune = 8, 10, 10_000  # the chapter's full profile
     if "ch4-images" in probes:
         pi = probes["ch4-images"]

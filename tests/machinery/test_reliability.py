@@ -352,10 +352,10 @@ def test_profile_sizes_replaces_entries_and_config_fields_and_refuses_unknown_on
     import attnbook as ab
     from attnlib import paths as ap
 
-    profiles = {"quick": dict(draws=3, markov=ap.MARKOV_PROFILES["quick"])}
+    profiles = {"quick": dict(draws=3, markov=ap.MarkovTaskConfig())}
     sizes = ab.profile_sizes(profiles, "quick", {"draws": 1, "markov": {"P": 20}})
     assert sizes["draws"] == 1 and sizes["markov"].P == 20
-    assert sizes["markov"].D == ap.MARKOV_PROFILES["quick"].D  # the other fields stay
+    assert sizes["markov"].D == ap.MarkovTaskConfig().D  # the other fields stay
     assert profiles["quick"]["draws"] == 3  # the chapter's table is not changed
     with pytest.raises(ab.ParameterError, match=r"sizes: unknown entries \['drows'\]"):
         ab.profile_sizes(profiles, "quick", {"drows": 1})

@@ -279,7 +279,6 @@ def test_config_validation():
         rq.RandomQKConfig(seeds=0)
     with pytest.raises(ValueError, match="n_list"):
         rq.RandomQKConfig(n_list=(10, -1))
-    assert set(rq.PROFILES) == {"quick", "full"}
 
 
 def test_symmetric_kernel_path_equals_general_path():
@@ -316,7 +315,7 @@ def test_eigenlearning_limits():
 
 def test_point_functions_run_at_tiny_size_and_match_eigenlearning():
     """Every sweep-point function runs; the RFA learning curve follows the spectral theory."""
-    lam = list(rq.PROFILES["quick"].lambdas)
+    lam = list(rq.RandomQKConfig().lambdas)
     d, N, n_list = 5, 3, [40, 80, 160, 320]
     rows = rq.kernel_curves_point(d=d, N=N, n_list=n_list, n_val=150, n_test=300, seed=3,
                                   lambdas=lam)
@@ -335,8 +334,6 @@ def test_point_functions_run_at_tiny_size_and_match_eigenlearning():
     assert len(hc) == 4 and all(np.isfinite(r["risk"]) for r in hc)
     mc = rq.kernel_mc_point(d=d, N=N, sequences=3, heads=[10, 100], repeats=3, seed=0)
     assert mc[0]["rms_rel_err"] > mc[1]["rms_rel_err"]
-    full = rq.PROFILES["full"]
-    assert full.N in full.N_list and full.bias in full.bias_list and full.d > rq.PROFILES["quick"].d
 
 
 # ---------------------------------------------------------------- thresholds, floor, heads, theory
@@ -412,7 +409,7 @@ def test_eigenlearning_min_and_samples_to_risk_agree_with_scalar_versions():
     eig, mult, tr = rq.set_kernel_spectrum(5, 4, 6)
     tv = np.zeros_like(eig)
     tv[1, 1] = 1.0
-    lam = list(rq.PROFILES["quick"].lambdas)
+    lam = list(rq.RandomQKConfig().lambdas)
     for n in (20, 60, 200):
         ref = min(rq.eigenlearning_risk(eig, mult, tv, n, lm, tr) for lm in lam)
         assert rq.eigenlearning_risk_min(eig, mult, tv, n, lam, tr) == pytest.approx(ref, rel=1e-6)
