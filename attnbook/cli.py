@@ -240,7 +240,8 @@ def clean(stale: bool = False, log=print) -> None:
 
 
 def sync(log=print) -> list[Path]:
-    """Write ``chapters/<id>.ipynb`` (no outputs) from each ``chapters/<id>.md``.
+    """Write ``chapters/<id>.ipynb`` (no outputs) from each ``chapters/<id>.md``, and its student
+    twin ``book/student/chapters/<id>.ipynb`` (no solutions; what the student site launches).
 
     Each notebook runs and reads in plain Jupyter or Colab (:func:`attnbook.colab.twin_notebook`:
     install cell, macros, MyST roles and blocks as Markdown).
@@ -248,16 +249,21 @@ def sync(log=print) -> list[Path]:
     import jupytext
 
     from . import colab as _colab
+    from . import edition as _edition
 
     written = []
+    students = current().root / _edition.STUDENT_BOOK / "chapters"
+    students.mkdir(parents=True, exist_ok=True)
     for md in sorted(current().chapters.glob("*.md")):
-        target = md.with_suffix(".ipynb")
-        nb = _colab.twin_notebook(current().root, md.stem, jupytext.read(md))
-        for i, cell in enumerate(nb.cells):
-            cell.id = f"cell-{i:03d}"  # stable ids: re-syncing an unchanged chapter changes nothing
-        jupytext.write(nb, target, fmt="ipynb")
-        written.append(target)
-        log(f"wrote {_rel(target)}")
+        source = jupytext.read(md)
+        for target, nb in ((md.with_suffix(".ipynb"), source),
+                           (students / f"{md.stem}.ipynb", _edition.student_notebook(source))):
+            nb = _colab.twin_notebook(current().root, md.stem, nb)
+            for i, cell in enumerate(nb.cells):
+                cell.id = f"cell-{i:03d}"  # stable ids: re-syncing an unchanged chapter changes nothing
+            jupytext.write(nb, target, fmt="ipynb")
+            written.append(target)
+            log(f"wrote {_rel(target)}")
     return written
 
 

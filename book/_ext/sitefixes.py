@@ -13,6 +13,8 @@ pydata-sphinx-theme reads the colour mode from the template variable ``default_m
 Jupyter Book leaves empty, so every page logged "Got invalid theme mode" to the console; it is
 set to ``auto`` (follow the reader's system setting).
 
+The student edition sets the Sphinx tag ``student`` (for ``{only} student`` blocks).
+
 Each figure's image gets its caption as alt text (Sphinx would write the file name), and the
 top bar no longer repeats the sidebar's search field.
 
@@ -84,6 +86,13 @@ def _one_search_box(app, config):
     options = dict(config.html_theme_options or {})
     options.setdefault("navbar_persistent", [])
     config.html_theme_options = options
+
+
+def _edition_tag(app, config):
+    """The student edition (``hide_solutions``, set by :mod:`attnbook.edition`) sets the Sphinx tag
+    ``student``, so that a page can say which edition it is in ``{only} student`` blocks."""
+    if getattr(config, "hide_solutions", False):
+        app.tags.add("student")
 
 
 def latex_macros(mathjax3_config) -> str:
@@ -207,6 +216,7 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.connect("config-inited", _one_search_box)
+    app.connect("config-inited", _edition_tag)
     app.connect("config-inited", _latex_preamble)
     app.add_post_transform(SvgToPdf)
     app.connect("doctree-resolved", _latex_numbering)

@@ -56,3 +56,57 @@ def test_editions_have_their_own_folders(student_html, html_dir):
     assert "student edition" in title
     with pytest.raises(Exception, match="edition"):
         _edition.check_edition("teacher")
+
+
+def _solution_probes(html_dir, chapter) -> list[str]:
+    """The opening words of each solution of the instructor page (what must not reach a student)."""
+    teacher = BeautifulSoup((html_dir / "chapters" / f"{chapter}.html").read_text(), "html.parser")
+    probes = []
+    for sol in teacher.select("div.solution"):
+        words = _words((sol.select_one("section") or sol).get_text(" ")).split()
+        probes.append(" ".join(w for w in words[:12] if w.isalpha() and len(w) > 3)[:60])
+    return [p for p in probes if len(p) > 20]
+
+
+def _notebook_text(path) -> str:
+    import json
+
+    nb = json.loads(path.read_text())
+    return _words(" ".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                           for c in nb["cells"] if c["cell_type"] == "markdown"))
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.findall(r"[A-Za-z]{4,}", text))
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_student_downloads_and_launch_targets_hold_no_solution(html_dir, student_html, chapter):
+    """The .ipynb download (_sources/) and the notebook the launch buttons open carry no solution
+    text; the instructor's twin still has the solutions (folded), so the probes are real."""
+    from attnbook import edition as _ed
+
+    probes = _solution_probes(html_dir, chapter)
+    assert probes
+    download = student_html / "_sources" / "chapters" / f"{chapter}.ipynb"
+    assert download.exists(), "the student page's notebook download is missing"
+    page = (student_html / "chapters" / f"{chapter}.html").read_text()
+    launches = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', page)
+    assert launches and all(url.endswith(f"{_ed.STUDENT_BOOK.as_posix()}/chapters/{chapter}.ipynb")
+                            for url in launches), launches
+    twin = current().root / _ed.STUDENT_BOOK / "chapters" / f"{chapter}.ipynb"
+    instructor_twin = _plain(_notebook_text(current().root / "chapters" / f"{chapter}.ipynb"))
+    for path, what in ((download, "download"), (twin, "twin")):
+        text = _plain(_notebook_text(path))
+        for probe in probes:
+            assert _plain(probe) not in text, f"{chapter}: solution text in the student {what}: {probe!r}"
+    assert any(_plain(probe) in instructor_twin for probe in probes)
+
+
+def test_how_to_use_says_which_edition_it_is(html_dir, student_html):
+    student = _words(BeautifulSoup((student_html / "book" / "how-to-use.html").read_text(),
+                                   "html.parser").get_text(" "))
+    teacher = _words(BeautifulSoup((html_dir / "book" / "how-to-use.html").read_text(),
+                                   "html.parser").get_text(" "))
+    assert "reading is the student edition" in student and "instructor edition:" not in student
+    assert "reading is the instructor edition" in teacher and "reading is the student edition" not in teacher
