@@ -127,3 +127,12 @@ def test_colab_notebook_twin_is_in_sync(chapter):
     code = [c.source for c in source.cells if c.cell_type == "code"]
     assert [c.source for c in committed.cells if c.cell_type == "code"][-len(code):] == code
     assert all(not c.get("outputs") for c in committed.cells if c.cell_type == "code")
+    # the student twin (what the student site launches): the same, without the solutions
+    from attnbook import edition as _edition
+
+    student = nbformat.read(ROOT / _edition.STUDENT_BOOK / "chapters" / f"{chapter}.ipynb", as_version=4)
+    expected = _colab.twin_notebook(ROOT, chapter, _edition.student_notebook(source))
+    assert [c.source for c in student.cells] == [c.source for c in expected.cells], \
+        f"{_edition.STUDENT_BOOK}/chapters/{chapter}.ipynb is out of date: run `attnbook sync`"
+    assert "<summary>Solution</summary>" in "".join(c.source for c in committed.cells)
+    assert "<summary>Solution</summary>" not in "".join(c.source for c in student.cells)
