@@ -23,6 +23,8 @@ _MINUS = "\u2212"
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 #: A number in exponent notation standing alone (not part of a name such as ``x1e5``).
 _EXPONENT = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)(?!\w|\.\d)")
+#: a hyphen used as the sign of a number: "-0.25", "(-3", "= -1" (not "3-5" or "N-1")
+_HYPHEN_MINUS = re.compile(r"(?<![\w.)\]])-(?=\d)")
 _STYLES = ("text", "latex")
 
 
@@ -93,8 +95,9 @@ def sci_segments(text: str) -> list[tuple[str, str]]:
     """``text`` cut into ``("text", ...)`` and ``("sup", ...)`` pieces, every number written in
     exponent notation (``1.6e-03``) becoming ``1.6 × 10`` followed by the superscript ``−3``.
 
-    The mantissa keeps the digits it was written with; ``0.0e+00`` becomes ``0.0``. Text without
-    such a number comes back as one ``("text", text)`` piece. The site extension builds its
+    The mantissa keeps the digits it was written with; ``0.0e+00`` becomes ``0.0``; a negative
+    number's hyphen becomes a true minus sign. Text without either comes back as one
+    ``("text", text)`` piece. The site extension builds its
     nodes from these pieces (a superscript node for ``"sup"``).
     """
     out: list[tuple[str, str]] = []
@@ -115,7 +118,9 @@ def sci_segments(text: str) -> list[tuple[str, str]]:
             merged[-1] = ("text", merged[-1][1] + piece)
         elif piece or kind == "sup":
             merged.append((kind, piece))
-    return merged or [("text", "")]
+    # a negative number written by Python (``-0.25``) gets a true minus sign (not in "3-5", "N-1")
+    return [(kind, _HYPHEN_MINUS.sub(_MINUS, piece) if kind == "text" else piece)
+            for kind, piece in merged] or [("text", "")]
 
 
 def sci_text(text: str, style: str = "text") -> str:

@@ -64,6 +64,10 @@ def test_sci_segments():
         ("text", "up to an error of 1.2 × 10"), ("sup", "−5"), ("text", " here")]
     assert sci_segments("5.6 to 7.6") == [("text", "5.6 to 7.6")]
     assert sci_segments("") == [("text", "")]
+    # a glued negative number gets a true minus; ranges, names and dates keep their hyphens
+    assert sci_segments("-0.25") == [("text", "−0.25")]
+    assert sci_segments("from -0.36 to 0.83 (-2), 3-5, N-1, 2026-12-04") == [
+        ("text", "from −0.36 to 0.83 (−2), 3-5, N-1, 2026-12-04")]
 
 
 def test_site_extension_typesets_glued_numbers_with_the_formatter():
