@@ -9,6 +9,9 @@ page::
 
 * Reading time: the words of the prose (code cells and their outputs excluded) at 200 words per
   minute, plus half a minute per display equation and per figure, rounded up to 5 minutes.
+The directive ``run-times`` (e.g. on How to use this book) becomes one sentence with the run
+time of every chapter's execution shown in this build, from the same file.
+
 * Run time: read from ``book/_generated/runtimes.json``, which ``attnbook`` stages from the
   execution records (the same records as the reproducibility page's table), so the number on the
   page and the one in the table are one number from one source.
@@ -39,6 +42,39 @@ class ChapterFacts(SphinxDirective):
         para = nodes.paragraph(classes=["chapter-facts"])
         para["chapter_facts"] = True
         return [para]
+
+
+class RunTimes(SphinxDirective):
+    """A placeholder paragraph for the run times of every chapter, filled in when read."""
+
+    has_content = False
+
+    def run(self):
+        para = nodes.paragraph(classes=["run-times"])
+        para["run_times"] = True
+        return [para]
+
+
+def _run_times(app, doctree):
+    placeholders = [p for p in doctree.findall(nodes.paragraph) if p.get("run_times")]
+    if not placeholders:
+        return
+    path = Path(app.srcdir) / RUNTIMES
+    records = json.loads(path.read_text()) if path.exists() else {}
+    if path.exists():
+        app.env.note_dependency(str(path))
+    for para in placeholders:
+        if not records:
+            para += nodes.Text("No execution of the chapters was recorded for this build.")
+            continue
+        parts = [f"chapter {int(ch[:2])}, {_duration(r['wall_s'])} ({r.get('profile', '?')})"
+                 for ch, r in sorted(records.items()) if ch[:2].isdigit() and "wall_s" in r]
+        devices = sorted({r.get("device", "?") for r in records.values()})
+        slowest = max(r["wall_s"] for r in records.values() if "wall_s" in r)
+        para += nodes.Text(
+            f"The executions shown in this build took {'; '.join(parts)}, on {', '.join(devices)}: "
+            f"the slowest {_duration(slowest)} (from the execution records, as on the "
+            "Reproducibility page).")
 
 
 def _in_code(node) -> bool:
@@ -102,5 +138,7 @@ def _fill(app, doctree):
 
 def setup(app):
     app.add_directive("chapter-facts", ChapterFacts)
+    app.add_directive("run-times", RunTimes)
     app.connect("doctree-read", _fill)
+    app.connect("doctree-read", _run_times)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

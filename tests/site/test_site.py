@@ -174,3 +174,17 @@ def test_figure_images_have_their_caption_as_alt_text(html_dir, chapter):
             assert not re.search(r"\.(svg|png|jpe?g)$", alt), f"{chapter}: alt text is a file name: {alt}"
             words = re.findall(r"[A-Za-z]{4,}", alt)  # prose words, not formulas
             assert len(words) >= 3 and all(w in caption for w in words[:5]), f"{chapter}: alt {alt[:60]!r}"
+
+
+def test_how_to_use_states_the_measured_run_times(html_dir):
+    """How-to-use's run times are the execution records of this build, not a typed-in promise."""
+    import json
+
+    from attnbook.layout import current
+
+    text = " ".join(_soup(html_dir, "book/how-to-use").get_text(" ").split())
+    assert "The executions shown in this build took" in text
+    records = json.loads((current().build / "src" / "book" / "_generated" / "runtimes.json").read_text())
+    for chapter in toc_chapters():
+        assert f"chapter {int(chapter[:2])}, " in text and chapter in records
+    assert "within about three minutes" not in text
