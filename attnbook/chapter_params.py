@@ -63,12 +63,8 @@ def _chapter_source(chapter: str) -> str:
 
 
 def _kind(node: ast.AST) -> tuple[str, str | None]:
-    """What a value written in ``PROFILE_SIZES`` is: config / profile (an entry of a module's
-    ``*_PROFILES`` dict of configs) / bool / int / float / ints / numbers / tuples (of numbers)."""
-    if isinstance(node, ast.Subscript):  # e.g. ap.IMAGE_PROFILES["quick"]
-        base = node.value
-        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
-        return ("profile", name) if name.endswith("_PROFILES") else ("any", None)
+    """What a value written in ``PROFILE_SIZES`` is: config / bool / int / float / ints / numbers /
+    tuples (of numbers)."""
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -234,12 +230,11 @@ def check_memory(name: str, value) -> None:
                              f"machine has {_bytes(have)}")
 
 
-def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profile: str = "quick",
+def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs,
                 bases: dict | None = None) -> None:
     """Check a ``sizes`` override dict against :func:`sizes_schema` (one-line ParameterError); an
     entry written as a config is checked against that profile's config (``bases``, from
-    :func:`profile_bases`; else the class's defaults), an entry of a ``*_PROFILES`` dict against
-    that dict's config for ``profile``."""
+    :func:`profile_bases`; else the class's defaults)."""
     if not isinstance(sizes, dict):
         raise ParameterError(f"sizes={sizes!r} must be a dict such as {{'pd_d': 16}}")
     unknown = sorted(set(sizes) - set(schema))
@@ -251,12 +246,8 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
             if value is None:
                 continue
             kind = kind[:-1]
-        if kind in ("config", "profile"):
-            if kind == "config":
-                base = (bases or {}).get(key) or getattr(configs, config)()
-            else:
-                profiles = getattr(configs, config)
-                base = profiles.get(profile, next(iter(profiles.values())))
+        if kind == "config":
+            base = (bases or {}).get(key) or getattr(configs, config)()
             if not isinstance(value, dict):
                 raise ParameterError(f"{name}={value!r} must be a dict of {type(base).__name__} fields")
             try:
@@ -293,8 +284,7 @@ def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs, profi
 
 
 class _Configs:
-    """The config classes and ``*_PROFILES`` dicts a chapter can name, looked up in the attnlib
-    modules it imports."""
+    """The config classes a chapter can name, looked up in the attnlib modules it imports."""
 
     def __init__(self, modules):
         self.modules = modules
@@ -324,4 +314,4 @@ def check_chapter_sizes(chapter: str, params: dict) -> None:
     if whole is not None:  # each profile is one config: `sizes` holds its fields
         check_memory("sizes", _replace_fields(whole[profile], sizes, "sizes"))
         return
-    check_sizes(sizes, sizes_schema(source), configs, profile, profile_bases(source, configs, profile))
+    check_sizes(sizes, sizes_schema(source), configs, profile_bases(source, configs, profile))

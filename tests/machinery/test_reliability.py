@@ -398,12 +398,12 @@ def test_chapter_sizes_are_read_from_the_chapter_outside_the_notebook():
         cp.chapter_sizes("03-positional-semantic", "huge")
 
 
-def test_chapter4_sizes_check_reads_the_configs_from_the_profiles_dicts():
+def test_chapter4_sizes_check_reads_the_configs_the_chapter_writes():
     from attnbook import chapter_params as cp
 
     schema = cp.sizes_schema(cp._chapter_source("04-attention-paths"))
-    assert schema["images"] == ("profile", "IMAGE_PROFILES")
-    assert schema["markov"] == ("profile", "MARKOV_PROFILES")
+    assert schema["images"] == ("config", "ImageTaskConfig")
+    assert schema["markov"] == ("config", "MarkovTaskConfig")
     assert schema["draws"] == ("int", None) and schema["image_T"] == ("numbers", None)
     ch4 = "04-attention-paths"
     cp.check_chapter_sizes(ch4, {"sizes": {"images": {"gd_steps": 50, "gd_warmup": 5}, "draws": 2}})
