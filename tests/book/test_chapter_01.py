@@ -32,9 +32,9 @@ def test_kernel_monte_carlo_rate(s):
     import numpy as np
     from scipy.stats import chi2
 
-    from attnlib import random_qk as rq
+    from attnbook.chapter_params import chapter_sizes
 
-    cfg = rq.PROFILES[s["profile"]]
+    cfg = chapter_sizes("01-random-features", s["profile"])
     R, heads = cfg.mc_repeats, np.log(np.asarray(cfg.mc_heads, dtype=float))
     alpha = 1e-3 / len(heads)
     tol = max(math.sqrt(chi2.ppf(1 - alpha / 2, R) / R) - 1, 1 - math.sqrt(chi2.ppf(alpha / 2, R) / R))
@@ -184,6 +184,12 @@ def test_brfa_paper_scale_run(s):
     assert set(ratio) == {"1", "2", "3"} and all(math.isfinite(v) and v > 0 for v in ratio.values())
     assert ratio["3"] < 1
     assert set(s["brfa_full_same_side_as_quick"]) <= {1, 2, 3}
+    # the chapter's paper-scale paragraph says: finite-head RFA follows its infinite-head theory on
+    # f1 within a factor 2 up to some n, then levels off above it (the 1/M excess of the heads)
+    assert s["brfa_full_rfa_f1_within_factor2_up_to_n"] is not None
+    assert s["brfa_full_rfa_f1_over_inf_theory_at_largest_n"] > 2
+    # ... and, at small d (the crossing experiment, where stored), that BRFA stays ahead with equal heads
+    assert s.get("crossing_full_at_equal_heads") in (None, False)
 
 
 def test_samples_to_risk_paper_scale_run(s):
