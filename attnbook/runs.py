@@ -203,24 +203,40 @@ class Run:
         return gen
 
     def record(self, **values: Any) -> None:
-        """Add headline numbers to the chapter's summary (numbers, booleans, lists or dicts)."""
+        """Add headline numbers to the chapter's summary (numbers, booleans, lists or dicts).
+
+        Each number, string or boolean is also glued under its summary key, so that the text
+        quotes it by the name the tests assert on (``{glue:text}`gd_eps_g_alpha2:.3f```): one name
+        per number. Recording a key again with another value is refused (the page would quote the
+        first one).
+        """
         for key, value in values.items():
-            self.records[key] = _jsonable(value)
+            stored = _jsonable(value)
+            if key in self.records and isinstance(stored, bool | int | float | str) \
+                    and stored != self.records[key]:
+                raise ValueError(f"summary key {key!r} recorded twice, as {self.records[key]!r} and "
+                                 f"{stored!r}: the page quotes one number per name")
+            first = key not in self.records
+            self.records[key] = stored
+            if first and isinstance(stored, bool | int | float | str):
+                self._glue(key, value)
 
     def publish(self, glued: Mapping[str, Any] | None = None, /, **recorded: Any) -> None:
         """Glue each ``name: value`` of ``glued`` for the text (myst-nb ``glue``, not displayed)
-        and add the keyword values to the summary (:meth:`record`): the bookkeeping of a result
-        cell in one call. A value glued for the text that a test should assert on is also
-        recorded, under the summary key the test reads. NumPy and torch scalars are glued as
-        Python numbers (myst-nb's format specs do not apply to ``np.float64(...)``)."""
-        if glued:
-            from myst_nb import glue
-
-            for name, value in glued.items():
-                if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
-                    value = value.item()  # a NumPy or torch scalar: glued as the Python number
-                glue(name, value, display=False)
+        and add the keyword values to the summary (:meth:`record`, which glues them too, under
+        their summary keys): the bookkeeping of a result cell in one call. NumPy and torch scalars
+        are glued as Python numbers (myst-nb's format specs do not apply to ``np.float64(...)``)."""
+        for name, value in (glued or {}).items():
+            self._glue(name, value)
         self.record(**recorded)
+
+    @staticmethod
+    def _glue(name: str, value: Any) -> None:
+        from myst_nb import glue
+
+        if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+            value = value.item()  # a NumPy or torch scalar: glued as the Python number
+        glue(name, value, display=False)
 
     @property
     def wall_s(self) -> float:

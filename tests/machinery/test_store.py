@@ -125,9 +125,16 @@ def test_publish_glues_for_the_text_and_records_for_the_summary(monkeypatch):
     monkeypatch.setattr(myst_nb, "glue",
                         lambda name, value, display=True: glued.update({name: (value, display)}))
     run = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
-    run.publish({"ch9-a": 1.5, "ch9-b": 2, "ch9-c": np.float64(0.25)}, a_value=1.5)
-    assert glued == {"ch9-a": (1.5, False), "ch9-b": (2, False), "ch9-c": (0.25, False)}
-    assert type(glued["ch9-c"][0]) is float and run.records == {"a_value": 1.5}
+    run.publish({"ch9-a": 1.5, "ch9-b": 2, "ch9-c": np.float64(0.25)}, a_value=np.float64(1.5),
+                by_width={"10": 0.5})
+    # a recorded number is glued under its summary key too (one name per number); dicts are not
+    assert glued == {"ch9-a": (1.5, False), "ch9-b": (2, False), "ch9-c": (0.25, False),
+                     "a_value": (1.5, False)}
+    assert type(glued["ch9-c"][0]) is float and type(glued["a_value"][0]) is float
+    assert run.records == {"a_value": 1.5, "by_width": {"10": 0.5}}
+    run.record(a_value=1.5)  # the same value again: nothing new
+    with pytest.raises(ValueError, match="recorded twice"):
+        run.record(a_value=2.5)
 
 
 def test_a_stored_sweep_meets_the_table_tools_wrappers():
