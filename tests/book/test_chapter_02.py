@@ -21,6 +21,9 @@ SCALARS = [
     "body_half_thickness_limit",
     "body_half_thickness_largest_n",
     "moment_identity_max_rel_error",
+    "one_head_n_star",
+    "one_head_first_exact_n",
+    "body_limit_min_slack_at_heads",
     "adam_nice_success_rate",
     "adam_hard_explained_variance",
 ]
@@ -43,6 +46,11 @@ def test_first_moment_identity_holds_in_the_linear_regime(s):
     assert 0 <= s["moment_identity_max_rel_error"] < 0.1
 
 
+def test_one_head_is_exact_from_the_counting_threshold_on(s):
+    # the text: the first n with median test error below 1e-12 equals n* = d^2/T
+    assert s["one_head_first_exact_n"] == s["one_head_n_star"]
+
+
 def test_local_search_alone_recovers_benign_layers_and_the_phases_alone_do_not(s):
     # the ablation's finding on ||Theta_i||_F = 4: random starts succeed, the phases leave an error
     assert s["ablation_random_start_success_m2"] >= 5 / 6
@@ -62,6 +70,10 @@ def test_finite_body_contains_the_exact_limit_and_has_reached_it(s):
     lim, fin = s["body_half_thickness_limit"], s["body_half_thickness_largest_n"]
     assert fin >= lim * (1 - 1e-9)  # K_n contains K_infinity
     assert fin / lim - 1 < 0.01  # the text: agreement to better than 1% at the largest n
+
+
+def test_heads_sit_strictly_inside_the_limit_body(s):
+    assert s["body_limit_min_slack_at_heads"] > 0
 
 
 def test_limit_thickness_falls_with_d(s):
