@@ -105,6 +105,7 @@ def test_errors_at_alpha2(s):
 
 def test_gd_matches_theory(s):
     assert s["gd_vs_theory_eps_g_rel_diff"] < 0.25
+    assert s["gd_seeds"] >= 2  # the figure's error bars are standard errors over the seeds
 
 
 def test_sigma_lambda_slices_need_the_global_proximal_step(s):
