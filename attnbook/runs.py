@@ -14,6 +14,7 @@ import os
 import platform
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -140,6 +141,12 @@ def git_commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+def _in_ipython() -> bool:
+    """Whether this code runs in an IPython shell or kernel (where a glued value is kept)."""
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and ipython.get_ipython() is not None
+
+
 def _jsonable(value: Any) -> Any:
     """Convert numbers, tensors and arrays to plain JSON values; reject NaN and infinities."""
     if isinstance(value, torch.Tensor | np.ndarray):
@@ -232,6 +239,8 @@ class Run:
 
     @staticmethod
     def _glue(name: str, value: Any) -> None:
+        if not _in_ipython():  # nothing outside a kernel keeps it (and IPython's shell would start)
+            return
         from myst_nb import glue
 
         if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):

@@ -124,6 +124,7 @@ def test_publish_glues_for_the_text_and_records_for_the_summary(monkeypatch):
 
     monkeypatch.setattr(myst_nb, "glue",
                         lambda name, value, display=True: glued.update({name: (value, display)}))
+    monkeypatch.setattr("attnbook.runs._in_ipython", lambda: True)  # as in a chapter's kernel
     run = ab.start_chapter("99-tiny", profile="quick", device="cpu", quiet=True)
     run.publish({"ch9-a": 1.5, "ch9-b": 2, "ch9-c": np.float64(0.25)}, a_value=np.float64(1.5),
                 by_width={"10": 0.5})

@@ -18,7 +18,7 @@ NUMBER = r"[−-]?\d[\d,]*(?:\.\d+)?"
 PROSE_FAULTS = [
     ("a range whose ends are equal",
      re.compile(rf"\bbetween ({NUMBER}) and \1(?![\d.])|\bfrom ({NUMBER}) to \2(?![\d.])")),
-    ("an empty clause", re.compile(r";\s+;|;\s{2,}\w|,\s*,|\(\s*\)|\s\.\s")),
+    ("an empty clause", re.compile(r"[;,]\s*[;,.]|\(\s*\)|:\s*[;,.]")),
     ("a symbol glued to its value", re.compile(r"\b[A-Za-z] =\d|\b[A-Za-z]= \d")),
     ("a quantity rounded to zero",
      re.compile(r"(?<![\d.])[−-]?0\.0+ (?:points|%|per ?cent)|\bonly 0(?:\.0+)?%|a fraction [−-]?0\.0+\b")),
@@ -26,11 +26,17 @@ PROSE_FAULTS = [
 
 
 def _main_text(html_dir, chapter) -> tuple[BeautifulSoup, str]:
+    """The page's main column and its running text: each formula stands as one symbol (§), code
+    and scripts are left out, and the text is joined without separators (as a reader sees it)."""
     soup = BeautifulSoup((html_dir / "chapters" / f"{chapter}.html").read_text(), "html.parser")
     main = soup.find("main") or soup
-    for tag in main.select("script, style, .math, mjx-container, pre, .cell_input, .MathJax"):
+    for tag in main.select("script, style, pre, .cell_input, table"):
         tag.decompose()
-    return main, re.sub(r"[ \t\r\f\v]+", " ", main.get_text(" "))
+    for tag in main.select("span.math, div.math, mjx-container, .MathJax"):
+        tag.replace_with("§")
+    for tag in main.select("code"):  # inline code reads as one word
+        tag.replace_with("C")
+    return main, " ".join(main.get_text("").split())
 
 
 @pytest.mark.parametrize("chapter", toc_chapters())
