@@ -57,6 +57,8 @@ def test_rfa_beats_rfmlp_and_ignores_N(s):
     # RFA's risk halves within a small multiple of the (1,1) block dimension, for every N
     for ratio in s["rfa_half_risk_n_over_block_dim"].values():
         assert 0.5 < ratio < 8
+    # the caption: the (1,1) threshold is the same for the values of N drawn in the figure
+    assert len(set(s["rfa_threshold_by_N"].values())) == 1
 
 
 def test_heads_error_falls_like_one_over_M(s):
