@@ -22,8 +22,8 @@ from dataclasses import asdict, is_dataclass, replace
 
 from attnlib._validation import ParameterError, check_bool, check_float, check_int
 
-__all__ = ["profile_sizes", "chapter_sizes", "sizes_schema", "profile_configs", "check_sizes",
-           "check_chapter_sizes", "check_memory"]
+__all__ = ["profile_sizes", "chapter_sizes", "sizes_schema", "check_sizes", "check_chapter_sizes",
+           "check_memory"]
 
 
 def profile_sizes(profile_sizes: dict, profile: str, sizes: dict):
@@ -136,19 +136,6 @@ def sizes_schema(source: str, variable: str = "PROFILE_SIZES") -> dict[str, tupl
     return {k: ("any", None) if v[0] == "none" else v for k, v in schema.items()}
 
 
-def profile_configs(source: str, configs, variable: str = "PROFILE_SIZES") -> dict | None:
-    """``{profile: config}`` when each profile of the chapter's sizes literal is one config
-    (``{"quick": rq.RandomQKConfig(), "full": rq.RandomQKConfig(d=12, ...)}``), built from the
-    literal (its keyword values are literals) with the class found in ``configs``; else None."""
-    literal = _sizes_literal(source, variable)
-    out = {}
-    for key, call in zip(literal.keys, literal.values, strict=True):
-        if not (isinstance(call, ast.Call) and _kind(call)[0] == "config"):
-            return None
-        out[ast.literal_eval(key)] = _build(call, configs)
-    return out
-
-
 def chapter_sizes(chapter: str, profile: str = "quick"):
     """``PROFILE_SIZES[profile]`` of a chapter, evaluated outside the notebook (for benchmarks and
     tests): the literal is read from the chapter source and evaluated with only the chapter's own
@@ -171,24 +158,6 @@ def chapter_sizes(chapter: str, profile: str = "quick"):
     if profile not in profiles:
         raise ParameterError(f"{chapter}: no {profile!r} entry in PROFILE_SIZES; known: {sorted(profiles)}")
     return profiles[profile]
-
-
-def _build(call: ast.Call, configs):
-    """The config a literal ``SomeConfig(field=literal, ...)`` of a chapter's sizes makes."""
-    cls = getattr(configs, _kind(call)[1])
-    return cls(**{kw.arg: _build(kw.value, configs) if isinstance(kw.value, ast.Call)
-                  and _kind(kw.value)[0] == "config" else ast.literal_eval(kw.value) for kw in call.keywords})
-
-
-def profile_bases(source: str, configs, profile: str, variable: str = "PROFILE_SIZES") -> dict:
-    """``{entry: config}`` for the entries of ``profile`` written as one config call
-    (``markov=ap.MarkovConfig(P=600, ...)``): what a ``sizes`` dict for that entry replaces."""
-    literal = _sizes_literal(source, variable)
-    for key, value in zip(literal.keys, literal.values, strict=True):
-        if ast.literal_eval(key) == profile and isinstance(value, ast.Call):
-            return {kw.arg: _build(kw.value, configs) for kw in value.keywords
-                    if isinstance(kw.value, ast.Call) and _kind(kw.value)[0] == "config"}
-    return {}
 
 
 #: Arrays a config's sizes imply, by config class: tuples of its integer fields whose product is
@@ -233,8 +202,8 @@ def check_memory(name: str, value) -> None:
 def check_sizes(sizes, schema: dict[str, tuple[str, str | None]], configs,
                 bases: dict | None = None) -> None:
     """Check a ``sizes`` override dict against :func:`sizes_schema` (one-line ParameterError); an
-    entry written as a config is checked against that profile's config (``bases``, from
-    :func:`profile_bases`; else the class's defaults)."""
+    entry written as a config is checked against that profile's config (``bases``, the configs of
+    :func:`chapter_sizes`; else the class's defaults)."""
     if not isinstance(sizes, dict):
         raise ParameterError(f"sizes={sizes!r} must be a dict such as {{'pd_d': 16}}")
     unknown = sorted(set(sizes) - set(schema))
@@ -309,9 +278,9 @@ def check_chapter_sizes(chapter: str, params: dict) -> None:
     if sizes == {}:
         return
     configs = _Configs([importlib.import_module(m) for m in sorted(chapter_modules(chapter))])
-    source, profile = _chapter_source(chapter), params.get("profile", "quick")
-    whole = profile_configs(source, configs)
-    if whole is not None:  # each profile is one config: `sizes` holds its fields
-        check_memory("sizes", _replace_fields(whole[profile], sizes, "sizes"))
+    written = chapter_sizes(chapter, params.get("profile", "quick"))  # the profile that runs
+    if is_dataclass(written):  # the profile is one config: `sizes` holds its fields
+        check_memory("sizes", _replace_fields(written, sizes, "sizes"))
         return
-    check_sizes(sizes, sizes_schema(source), configs, profile_bases(source, configs, profile))
+    bases = {key: value for key, value in written.items() if is_dataclass(value)}
+    check_sizes(sizes, sizes_schema(_chapter_source(chapter)), configs, bases)
