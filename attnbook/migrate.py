@@ -60,10 +60,36 @@ OLD_NOT_RESULT_CODE = frozenset({
 SPLIT_CHANGED = frozenset({"attnlib/__init__.py", "attnlib/glyphs.py"})
 
 
+def _old_source(commit: str, rel: str, root: Path) -> bytes | None:
+    """The file ``rel`` at ``commit`` (None if it did not exist there)."""
+    proc = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def _old_hash(commit: str, rel: str, root: Path) -> str | None:
     """Code hash of ``rel`` at ``commit`` (None if the file did not exist there)."""
-    proc = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True)
-    return code_hash(proc.stdout) if proc.returncode == 0 else None
+    source = _old_source(commit, rel, root)
+    return None if source is None else code_hash(source)
+
+
+def _pending(results_dir: Path, name: str):
+    """``(record path, record)`` of every stored table under ``results_dir`` that migration
+    ``name`` has not rewritten yet (each record verified: seal and checksum)."""
+    for meta in sorted(Path(results_dir).glob("*/*.provenance.json")):
+        _, record = load_result(meta.with_name(meta.name.replace(".provenance.json", ".csv")))
+        if not any(m.get("name") == name for m in record.get("migrations", [])):
+            yield meta, record
+
+
+def _rewrite(meta: Path, record: dict, code: dict, note: dict) -> None:
+    """Reseal ``record`` with the module list ``code`` and the migration ``note`` (name, commit,
+    what it removed, added and changed; the date and the code hash before are added here)."""
+    today = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    note = {"name": note["name"], "date": today, **{k: v for k, v in note.items() if k != "name"},
+            "code_hash_before": record.get("code_hash")}
+    record = dict(record, code=code, code_hash=source_hash(),
+                  migrations=[*record.get("migrations", []), note])
+    _atomic_write(meta, (json.dumps(_seal(record), indent=2) + "\n").encode())
 
 
 def machinery_split(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> list[Path]:
@@ -72,11 +98,7 @@ def machinery_split(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> 
     ``commit`` (the table was already stale) or a science module changed other than by the move."""
     root = current().root
     rewritten = []
-    for meta in sorted(Path(results_dir).glob("*/*.provenance.json")):
-        table = meta.with_name(meta.name.replace(".provenance.json", ".csv"))
-        _, record = load_result(table)  # verified: seal and checksum
-        if any(m.get("name") == "machinery-split" for m in record.get("migrations", [])):
-            continue
+    for meta, record in _pending(results_dir, "machinery-split"):
         old = dict(record.get("code") or {})
         for rel, digest in old.items():
             if rel in OLD_NOT_RESULT_CODE:
@@ -92,21 +114,13 @@ def machinery_split(commit: str, results_dir: Path = RESULTS_DIR, log=print) -> 
                 if rel not in SPLIT_CHANGED:
                     raise RuntimeError(f"{meta}: {rel} changed since {commit} beyond the move")
                 changed[rel] = [before, digest]
-        note = {
-            "name": "machinery-split",
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
-            "from_commit": commit,
-            "removed": {rel: d for rel, d in sorted(old.items()) if rel not in new},
-            "added": sorted(rel for rel in new if rel not in old),
-            "changed": changed,
-            "code_hash_before": record.get("code_hash"),
-        }
-        record = dict(record, code=new, code_hash=source_hash(),
-                      migrations=[*record.get("migrations", []), note])
-        _atomic_write(meta, (json.dumps(_seal(record), indent=2) + "\n").encode())
+        removed = {rel: d for rel, d in sorted(old.items()) if rel not in new}
+        added = sorted(rel for rel in new if rel not in old)
+        _rewrite(meta, record, new, {"name": "machinery-split", "from_commit": commit,
+                                     "removed": removed, "added": added, "changed": changed})
         rewritten.append(meta)
-        log(f"{meta.relative_to(Path(results_dir).parent)}: {len(note['removed'])} removed, "
-            f"{len(note['added'])} added, {len(changed)} changed by the move")
+        log(f"{meta.relative_to(Path(results_dir).parent)}: {len(removed)} removed, "
+            f"{len(added)} added, {len(changed)} changed by the move")
     return rewritten
 
 
@@ -146,36 +160,24 @@ def sizes_into_chapters(commit: str, results_dir: Path = RESULTS_DIR, log=print)
     match its file at ``commit`` or a module changed in any other way."""
     root = current().root
     rewritten = []
-    for meta in sorted(Path(results_dir).glob("*/*.provenance.json")):
-        table = meta.with_name(meta.name.replace(".provenance.json", ".csv"))
-        _, record = load_result(table)  # verified: seal and checksum
-        if any(m.get("name") == "sizes-into-chapters" for m in record.get("migrations", [])):
-            continue
+    for meta, record in _pending(results_dir, "sizes-into-chapters"):
         old = dict(record.get("code") or {})
         changed = {}
         for rel, digest in old.items():
-            proc = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True)
-            if proc.returncode != 0 or code_hash(proc.stdout)[: len(digest)] != digest:
+            then = _old_source(commit, rel, root)
+            if then is None or code_hash(then)[: len(digest)] != digest:
                 raise RuntimeError(f"{meta}: {rel} was already changed at {commit}; recompute the table")
             now = (root / rel).read_bytes()
             if code_hash(now)[: len(digest)] == digest:
                 continue
-            if without_size_tables(proc.stdout) != without_size_tables(now):
+            if without_size_tables(then) != without_size_tables(now):
                 raise RuntimeError(f"{meta}: {rel} changed since {commit} beyond its size tables")
             changed[rel] = [digest, code_hash(now)[: len(digest)]]
         if not changed:
             continue
-        note = {
-            "name": "sizes-into-chapters",
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
-            "from_commit": commit,
-            "removed": {}, "added": [],
-            "changed": changed,
-            "code_hash_before": record.get("code_hash"),
-        }
-        record = dict(record, code={**old, **{rel: new for rel, (_, new) in changed.items()}},
-                      code_hash=source_hash(), migrations=[*record.get("migrations", []), note])
-        _atomic_write(meta, (json.dumps(_seal(record), indent=2) + "\n").encode())
+        _rewrite(meta, record, {**old, **{rel: new for rel, (_, new) in changed.items()}},
+                 {"name": "sizes-into-chapters", "from_commit": commit, "removed": {}, "added": [],
+                  "changed": changed})
         rewritten.append(meta)
         log(f"{meta.relative_to(Path(results_dir).parent)}: {len(changed)} module(s) lost only their "
             f"size tables: {', '.join(sorted(changed))}")
