@@ -9,12 +9,12 @@ page::
 
 * Reading time: the words of the prose (code cells and their outputs excluded) at 200 words per
   minute, plus half a minute per display equation and per figure, rounded up to 5 minutes.
-The directive ``run-times`` (e.g. on How to use this book) becomes one sentence with the run
-time of every chapter's execution shown in this build, from the same file.
-
 * Run time: read from ``book/_generated/runtimes.json``, which ``attnbook`` stages from the
   execution records (the same records as the reproducibility page's table), so the number on the
   page and the one in the table are one number from one source.
+
+The directive ``run-times`` (e.g. on How to use this book) becomes one sentence with the run
+time of every chapter's execution shown in this build, from the same file.
 """
 
 from __future__ import annotations
@@ -33,36 +33,36 @@ WORDS_PER_MINUTE = 200
 _WORD = re.compile(r"[A-Za-z0-9][\w'’-]*")
 
 
-class ChapterFacts(SphinxDirective):
-    """A placeholder paragraph, filled in once the whole chapter has been read."""
+class Placeholder(SphinxDirective):
+    """A placeholder paragraph (class and flag: the directive's name), filled in once the whole
+    page has been read (:func:`_fill`, :func:`_run_times`)."""
 
     has_content = False
 
     def run(self):
-        para = nodes.paragraph(classes=["chapter-facts"])
-        para["chapter_facts"] = True
+        para = nodes.paragraph(classes=[self.name])
+        para[self.name] = True
         return [para]
 
 
-class RunTimes(SphinxDirective):
-    """A placeholder paragraph for the run times of every chapter, filled in when read."""
+def _placeholders(doctree, name: str) -> list:
+    return [p for p in doctree.findall(nodes.paragraph) if p.get(name)]
 
-    has_content = False
 
-    def run(self):
-        para = nodes.paragraph(classes=["run-times"])
-        para["run_times"] = True
-        return [para]
+def _runtimes(app) -> dict:
+    """The staged run times of every chapter (``{}`` when none were staged)."""
+    path = Path(app.srcdir) / RUNTIMES
+    if not path.exists():
+        return {}
+    app.env.note_dependency(str(path))
+    return json.loads(path.read_text())
 
 
 def _run_times(app, doctree):
-    placeholders = [p for p in doctree.findall(nodes.paragraph) if p.get("run_times")]
+    placeholders = _placeholders(doctree, "run-times")
     if not placeholders:
         return
-    path = Path(app.srcdir) / RUNTIMES
-    records = json.loads(path.read_text()) if path.exists() else {}
-    if path.exists():
-        app.env.note_dependency(str(path))
+    records = _runtimes(app)
     for para in placeholders:
         if not records:
             para += nodes.Text("No execution of the chapters was recorded for this build.")
@@ -106,16 +106,11 @@ def _duration(seconds: float) -> str:
 
 
 def _fill(app, doctree):
-    placeholders = [p for p in doctree.findall(nodes.paragraph) if p.get("chapter_facts")]
+    placeholders = _placeholders(doctree, "chapter-facts")
     if not placeholders:
         return
     docname = app.env.docname
-    chapter = docname.rsplit("/", 1)[-1]
-    path = Path(app.srcdir) / RUNTIMES
-    record = {}
-    if path.exists():
-        record = json.loads(path.read_text()).get(chapter) or {}
-        app.env.note_dependency(str(path))
+    record = _runtimes(app).get(docname.rsplit("/", 1)[-1]) or {}
     minutes = reading_minutes(doctree)
     for para in placeholders:
         para += nodes.strong("Time. ", "Time. ")
@@ -137,8 +132,8 @@ def _fill(app, doctree):
 
 
 def setup(app):
-    app.add_directive("chapter-facts", ChapterFacts)
-    app.add_directive("run-times", RunTimes)
+    app.add_directive("chapter-facts", Placeholder)
+    app.add_directive("run-times", Placeholder)
     app.connect("doctree-read", _fill)
     app.connect("doctree-read", _run_times)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
