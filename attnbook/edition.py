@@ -46,7 +46,7 @@ def student_notebook(nb):
     import copy
 
     nb = copy.deepcopy(nb)
-    for cell in nb.cells if hasattr(nb, "cells") else nb["cells"]:
+    for cell in nb["cells"]:  # a plain dict or an nbformat NotebookNode
         if cell["cell_type"] == "markdown":
             source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
             cell["source"] = strip_solutions(source)

@@ -97,8 +97,8 @@ def sci_segments(text: str) -> list[tuple[str, str]]:
 
     The mantissa keeps the digits it was written with; ``0.0e+00`` becomes ``0.0``; a negative
     number's hyphen becomes a true minus sign. Text without either comes back as one
-    ``("text", text)`` piece. The site extension builds its
-    nodes from these pieces (a superscript node for ``"sup"``).
+    ``("text", text)`` piece. The site extension builds its nodes from these pieces (a
+    superscript node for ``"sup"``).
     """
     out: list[tuple[str, str]] = []
     last = 0

@@ -219,14 +219,14 @@ class Run:
         """
         for key, value in values.items():
             stored = _jsonable(value)
-            if key in self.records and isinstance(stored, bool | int | float | str) \
-                    and stored != self.records[key]:
-                raise ValueError(f"summary key {key!r} recorded twice, as {self.records[key]!r} and "
-                                 f"{stored!r}: the page quotes one number per name")
-            first = key not in self.records
-            self.records[key] = stored
-            if first and isinstance(stored, bool | int | float | str):
+            scalar = isinstance(stored, bool | int | float | str)  # what the text can quote
+            if key in self.records:
+                if scalar and stored != self.records[key]:
+                    raise ValueError(f"summary key {key!r} recorded twice, as {self.records[key]!r} "
+                                     f"and {stored!r}: the page quotes one number per name")
+            elif scalar:
                 self._glue(key, value)
+            self.records[key] = stored
 
     def publish(self, glued: Mapping[str, Any] | None = None, /, **recorded: Any) -> None:
         """Glue each ``name: value`` of ``glued`` for the text (myst-nb ``glue``, not displayed)
